@@ -1,0 +1,162 @@
+"""A `Case`: one task with its RASP program, vocabulary, lengths and seeded input sampler.
+
+Cases are looked up by InterpBench's case number ("33") or, for programs a researcher brings,
+by `package.module:function` naming a function that returns a `Case`. Both go through every
+command the same way.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib
+from collections.abc import Callable, Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+TaskKind = Literal["classification", "regression"]
+Value = Any  # a vocabulary or output value: str, int, float or bool
+InputSeq = tuple  # one input sequence (without BOS), tuple of vocabulary values
+Sampler = Callable[[np.random.Generator, int], list[InputSeq]]
+
+BOS = "BOS"
+PAD = "PAD"
+
+
+class CaseError(ValueError):
+    """A case id that names no case, or a case that is not well formed."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Case:
+    """One task of the zoo: a RASP program and the data it is judged on."""
+
+    id: str
+    """InterpBench's case number ("33") or the `package.module:function` that made the case."""
+    name: str
+    """Short snake_case name of the task, e.g. "token_length_parity"."""
+    description: str
+    """What the program computes, in one or two sentences (the task specification)."""
+    task_kind: TaskKind
+    """"classification" (categorical output, argmax) or "regression" (one numerical output)."""
+    vocab: tuple[Value, ...]
+    """Input vocabulary in a fixed order; must not contain BOS or PAD."""
+    max_seq_len: int
+    """Longest input the compiled model accepts (BOS excluded)."""
+    min_seq_len: int = 1
+    """Shortest input the sampler draws."""
+    causal: bool = False
+    """Compile with a causal attention mask (the program only looks at earlier positions)."""
+    build_program: Callable[[], Any]
+    """Returns the RASP program (a `tracr.rasp.rasp.SOp`); built on demand so listing is cheap."""
+    sampler: Sampler | None = None
+    """`sampler(rng, n)` -> n input sequences; default: uniform length, uniform tokens."""
+    notes: str = ""
+    """Why the program is written as it is (e.g. a rewrite that avoids a Tracr miscompilation)."""
+
+    def __post_init__(self) -> None:
+        if self.task_kind not in ("classification", "regression"):
+            raise CaseError(f"case {self.id}: task_kind must be classification or regression")
+        if not self.vocab:
+            raise CaseError(f"case {self.id}: empty vocabulary")
+        if len(set(self.vocab)) != len(self.vocab):
+            raise CaseError(f"case {self.id}: vocabulary has duplicates")
+        if BOS in self.vocab or PAD in self.vocab:
+            raise CaseError(f"case {self.id}: vocabulary must not contain {BOS!r} or {PAD!r}")
+        if not 1 <= self.min_seq_len <= self.max_seq_len:
+            raise CaseError(f"case {self.id}: need 1 <= min_seq_len <= max_seq_len")
+
+    @property
+    def program(self) -> Any:
+        """The RASP program (built fresh: RASP expressions carry unique ids and labels)."""
+        return self.build_program()
+
+    @property
+    def entry_name(self) -> str:
+        """Name of the zoo entry: `case-33`, or `case-mypkg.mymod-make_case` for an outside case."""
+        return "case-" + self.id.replace(":", "-")
+
+    def sample(self, n: int, seed: int) -> list[InputSeq]:
+        """n input sequences drawn reproducibly from `seed`."""
+        rng = np.random.default_rng(seed)
+        sampler = self.sampler or uniform_sampler(self.vocab, self.min_seq_len, self.max_seq_len)
+        seqs = sampler(rng, n)
+        for seq in seqs:
+            if not self.min_seq_len <= len(seq) <= self.max_seq_len:
+                raise CaseError(f"case {self.id}: sampler returned a sequence of length {len(seq)}")
+        return [tuple(s) for s in seqs]
+
+    def evaluate(self, seq: Sequence[Value]) -> list[Value]:
+        """The program's output on one input, by RASP's own interpreter (the reference)."""
+        from tracr.rasp import rasp
+
+        return list(rasp.evaluate(self.program, list(seq)))
+
+    def metadata(self) -> dict[str, Any]:
+        """JSON-native description of the case (written as case.json)."""
+        return {
+            "id": self.id,
+            "name": self.name,
+            "description": self.description,
+            "task_kind": self.task_kind,
+            "vocab": list(self.vocab),
+            "max_seq_len": self.max_seq_len,
+            "min_seq_len": self.min_seq_len,
+            "causal": self.causal,
+            "bos": BOS,
+            "pad": PAD,
+            "notes": self.notes,
+        }
+
+
+def uniform_sampler(vocab: Sequence[Value], min_len: int, max_len: int) -> Sampler:
+    """Length uniform in [min_len, max_len], each token uniform over the vocabulary."""
+    vocab = list(vocab)
+
+    def sample(rng: np.random.Generator, n: int) -> list[InputSeq]:
+        lengths = rng.integers(min_len, max_len + 1, size=n)
+        return [tuple(vocab[i] for i in rng.integers(0, len(vocab), size=k)) for k in lengths]
+
+    return sample
+
+
+def builtin_case_ids() -> list[str]:
+    """InterpBench numbers of the built-in cases, in numeric order."""
+    from rasp_programs.catalogue import BUILTIN_FACTORIES
+
+    return sorted(BUILTIN_FACTORIES, key=int)
+
+
+def get_case(case_id: str | int) -> Case:
+    """The case named by an InterpBench number or by `package.module:function`."""
+    from rasp_programs.catalogue import BUILTIN_FACTORIES
+
+    key = str(case_id)
+    if ":" in key:
+        return _load_outside_case(key)
+    if key not in BUILTIN_FACTORIES:
+        known = ", ".join(builtin_case_ids())
+        raise CaseError(
+            f"unknown case {key!r}; known cases: {known} (or package.module:function for your own)"
+        )
+    module_name, func_name = BUILTIN_FACTORIES[key].split(":")
+    return getattr(importlib.import_module(module_name), func_name)()
+
+
+def _load_outside_case(spec: str) -> Case:
+    module_name, _, func_name = spec.partition(":")
+    if not module_name or not func_name:
+        raise CaseError(f"case {spec!r}: expected package.module:function")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CaseError(f"case {spec!r}: cannot import {module_name!r} ({exc})") from exc
+    factory = getattr(module, func_name, None)
+    if not callable(factory):
+        raise CaseError(f"case {spec!r}: {module_name} has no function {func_name!r}")
+    case = factory()
+    if not isinstance(case, Case):
+        raise CaseError(f"case {spec!r}: {func_name}() returned {type(case).__name__}, not a Case")
+    if case.id != spec:
+        case = dataclasses.replace(case, id=spec)
+    return case

@@ -1,0 +1,46 @@
+"""Build `catalogue.json`: the compiled size of every built-in case, shipped so that `zoo list`
+needs neither jax nor torch. `tests/test_catalogue.py` checks the shipped file against a fresh
+compile; regenerate with `python -m rasp_programs.summary`."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+CATALOGUE_PATH = Path(__file__).with_name("catalogue.json")
+
+
+def summary_row(compiled: Any) -> dict[str, Any]:
+    case, cfg = compiled.case, compiled.config
+    return {
+        "id": case.id,
+        "name": case.name,
+        "task_kind": case.task_kind,
+        "description": case.description,
+        "n_layers": cfg["n_layers"],
+        "n_heads": cfg["n_heads"],
+        "d_model": cfg["d_model"],
+        "nodes": len(compiled.graph.nodes),
+        "edges": len(compiled.graph.edges),
+    }
+
+
+def build_catalogue(cache_dir: Path | None = None) -> dict[str, Any]:
+    from rasp_programs.case import builtin_case_ids, get_case
+    from rasp_programs.compile import compile_case
+
+    rows = [summary_row(compile_case(get_case(cid), cache_dir)) for cid in builtin_case_ids()]
+    return {"schema_version": 1, "cases": rows}
+
+
+def main() -> None:
+    from zoo.paths import compiled_dir, zoo_root
+
+    data = build_catalogue(compiled_dir(zoo_root()))
+    CATALOGUE_PATH.write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
+    print(f"wrote {CATALOGUE_PATH} ({len(data['cases'])} cases)")
+
+
+if __name__ == "__main__":
+    main()

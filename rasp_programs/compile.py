@@ -267,13 +267,16 @@ def _write_cache(entry_dir: Path, fingerprint: str, compiled: CompiledCase, stat
         "graph": compiled.graph.to_json(),
     }
     (tmp / "compiled.json").write_text(json.dumps(meta, indent=1, default=_json_value))
-    if entry_dir.exists():
-        old = entry_dir.with_name(f".{entry_dir.name}.old.{os.getpid()}")
-        entry_dir.rename(old)
+    old = entry_dir.with_name(f".{entry_dir.name}.old.{os.getpid()}")
+    try:
+        if entry_dir.exists():
+            entry_dir.rename(old)
         tmp.rename(entry_dir)
+    except OSError:  # another process wrote the same entry meanwhile: theirs is as good
+        pass
+    finally:
+        _rmtree(tmp)
         _rmtree(old)
-    else:
-        tmp.rename(entry_dir)
 
 
 def _json_value(value: Any) -> Any:

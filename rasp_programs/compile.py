@@ -93,7 +93,10 @@ def compile_case(case: Case, cache_dir: Path | None = None) -> CompiledCase:
     if entry_dir is not None:
         cached = _load_cached(case, entry_dir, fingerprint)
         if cached is not None:
-            config, state_dict, encoding, labels, graph = cached
+            config, state_dict, encoding, labels = cached
+            # The graph is recomputed (a scan of the weights), so a cache never holds a graph
+            # made by an older rule.
+            graph = high_level_graph(state_dict, config, labels, _expression_labels(case))
             return CompiledCase(
                 case=case, state_dict=state_dict, config=config, encoding=encoding,
                 residual_labels=tuple(labels), graph=graph,
@@ -169,7 +172,16 @@ def _canonical_label(label: str, names: dict[str, str]) -> str:
 def describe_program(case: Case) -> list[str]:
     """The program as lines `name = Kind(children) [encoding]`, inputs first."""
     described = _expression_labels(case)
-    return [described[name] for name in reversed(list(described))]
+    depth: dict[int, int] = {}
+
+    def depth_of(expr: Any) -> int:  # longest path from tokens / indices
+        if id(expr) not in depth:
+            depth[id(expr)] = 1 + max((depth_of(c) for c in expr.children), default=-1)
+        return depth[id(expr)]
+
+    exprs = [e for e in _all_expressions(case.program) if e.name in described]
+    ordered = sorted(exprs, key=lambda e: (depth_of(e), e.name))
+    return list(dict.fromkeys(described[e.name] for e in ordered))
 
 
 def _expression_labels(case: Case) -> dict[str, str]:
@@ -245,8 +257,7 @@ def _load_cached(case: Case, entry_dir: Path, fingerprint: str):
     from safetensors.torch import load_file
 
     state_dict = load_file(str(weights_path))
-    return (meta["config"], state_dict, Encoding.from_json(meta["encoding"]), meta["residual_labels"],
-            Circuit.from_json(meta["graph"]))
+    return meta["config"], state_dict, Encoding.from_json(meta["encoding"]), meta["residual_labels"]
 
 
 def _write_cache(entry_dir: Path, fingerprint: str, compiled: CompiledCase, state_dict) -> None:

@@ -121,11 +121,11 @@ def _describe(writes: set[int], labels: list[str], expression_labels: Mapping[st
         sop = labels[i].partition(":")[0]
         if sop not in sops:
             sops.append(sop)
-    parts = []
-    for sop in sops:
-        if sop in expression_labels:
-            parts.append(expression_labels[sop])
-        else:  # an internal direction of a multi-block expression (e.g. SelectorWidth's head)
-            owner = max((n for n in expression_labels if sop.startswith(n + "_")), key=len, default=None)
-            parts.append(f"{sop} (hidden part of {owner})" if owner else sop)
-    return "; ".join(parts)
+    parts = [expression_labels[sop] for sop in sops if sop in expression_labels]
+    if parts:  # an MLP that finishes an expression also cleans up its hidden direction: omit it
+        return "; ".join(parts)
+    hidden = []
+    for sop in sops:  # an internal direction of a multi-block expression (e.g. SelectorWidth's head)
+        owner = max((n for n in expression_labels if sop.startswith(n + "_")), key=len, default=None)
+        hidden.append(f"{sop} (hidden part of {owner})" if owner else sop)
+    return "; ".join(hidden)

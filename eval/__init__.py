@@ -1,0 +1,33 @@
+"""The evaluator: computation graph and names, method interface, metrics, reports and plots.
+
+`eval.evaluate(target, methods)` is the one call: target is an Entry, a CompiledCase or a case id.
+Exports resolve lazily, because the CLI imports `eval.circuit` and must not pay for torch.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "Circuit": "eval.circuit", "parse_node": "eval.circuit", "promote": "eval.circuit",
+    "ComputationGraph": "eval.graph", "graph_of": "eval.graph", "mib_edge_count": "eval.graph",
+    "TaskData": "eval.task", "make_task": "eval.task",
+    "Method": "eval.methods", "MethodOutput": "eval.methods", "CircuitRun": "eval.methods",
+    "MethodError": "eval.methods", "read_score_file": "eval.methods", "to_score_file": "eval.methods",
+    "REGISTRY": "eval.baselines",
+    "roc": "eval.metrics", "pessimistic_auroc": "eval.metrics", "prf": "eval.metrics", "jaccard": "eval.metrics",
+    "mean_pairwise_jaccard": "eval.metrics", "convergence": "eval.metrics", "compare_methods": "eval.metrics",
+    "vargha_delaney": "eval.metrics",
+    "causal_bench": "eval.faithfulness", "mib_curve": "eval.faithfulness",
+    "EvalReport": "eval.report", "table": "eval.report",
+    "Settings": "eval.evaluation", "evaluate": "eval.evaluation", "resolve_target": "eval.evaluation",
+    "write_plots": "eval.plots",
+}
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name not in _EXPORTS:
+        raise AttributeError(f"module 'eval' has no attribute {name!r}")
+    return getattr(importlib.import_module(_EXPORTS[name]), name)

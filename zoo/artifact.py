@@ -11,28 +11,92 @@
       manifest.json       {"format": "zoo/1", "files": {name: sha256}}: what loading verifies
 
 Entries are written into a temporary sibling directory and renamed into place, so an interrupted
-write never leaves a half-written entry. Nothing is pickled; loading never unpickles.
+write never leaves a half-written entry. Nothing is pickled; loading never unpickles: before any file
+is parsed, `verify_entry` refuses unexpected file names and sniffs every file's leading bytes, so a
+pickle (or a torch zip archive) under any name is rejected unread; then it checks the sha256 sums.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import re
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
+
+from zoo.errors import ZooError
 
 FORMAT = "zoo/1"
 MANIFEST = "manifest.json"
 REQUIRED_FILES = ("model.safetensors", "config.json", "circuit.json", "case.json", "README.md")
 OPTIONAL_JSON = ("training.json", "validation.json")
 ALLOWED_FILES = frozenset(REQUIRED_FILES + OPTIONAL_JSON + (MANIFEST,))
+ENTRY_NAME = re.compile(r"(case|planted)-[A-Za-z0-9][A-Za-z0-9_.-]{0,120}")
+# safetensors puts an 8-byte little-endian header length first; real headers are a few KB.
+_MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 
 
-class ArtifactError(ValueError):
-    """An entry that is missing, incomplete, tampered with or unsafe."""
+class ArtifactError(ZooError, ValueError):
+    """An entry that is missing, incomplete, tampered with or unsafe (the CLI: one line, exit 2)."""
+
+
+def check_entry_name(name: str) -> str:
+    """`name` if it is a valid entry name (`case-33`, `planted-ioi`); it becomes a path component."""
+    if not ENTRY_NAME.fullmatch(name) or ".." in name:
+        raise ArtifactError(
+            f"invalid entry name {name!r}: expected case-<id> or planted-<name> (letters, digits, . _ -)"
+        )
+    return name
+
+
+def unexpected_names(names: Iterable[str]) -> list[str]:
+    """The names an entry must not contain (anything outside ALLOWED_FILES)."""
+    return sorted(set(names) - ALLOWED_FILES)
+
+
+def _describe_bytes(head: bytes) -> str:
+    if len(head) >= 2 and head[0] == 0x80 and 2 <= head[1] <= 5:
+        return "pickle data"
+    if head.startswith(b"PK\x03\x04"):
+        return "a zip archive (torch.save format, which holds a pickle)"
+    return f"content starting with {head[:8]!r}"
+
+
+def check_file_safe(path: Path) -> None:
+    """Refuse a file whose content is not what its name promises, reading only its first bytes.
+
+    safetensors must start with a plausible header, JSON with `{`, Markdown must be UTF-8 text
+    without NUL bytes. This runs before anything is parsed, so a pickle never reaches a parser.
+    """
+    entry, name = path.parent.name, path.name
+    if not path.is_file():
+        raise ArtifactError(f"entry {entry}: {name} is not a regular file (refused)")
+    size = path.stat().st_size
+    with open(path, "rb") as fh:
+        head = fh.read(16)
+        rest = fh.read(1 << 20) if name.endswith(".md") else b""
+    what = _describe_bytes(head)
+    if name.endswith(".safetensors"):
+        n = int.from_bytes(head[:8], "little") if len(head) >= 9 else -1
+        if not (0 < n <= _MAX_SAFETENSORS_HEADER and n + 8 <= size and head[8:9] == b"{"):
+            raise ArtifactError(f"entry {entry}: {name} is not a safetensors file ({what}); refused unread")
+    elif name.endswith(".json"):
+        if not head.lstrip(b" \t\r\n").startswith(b"{"):
+            raise ArtifactError(f"entry {entry}: {name} is not a JSON object ({what}); refused unread")
+    elif name.endswith(".md"):
+        text = head + rest
+        try:
+            text.decode("utf-8")
+            ok = b"\0" not in text
+        except UnicodeDecodeError:
+            ok = False
+        if not ok:
+            raise ArtifactError(f"entry {entry}: {name} is not UTF-8 text ({what}); refused unread")
+    else:
+        raise ArtifactError(f"entry {entry}: {name} has an unexpected extension (refused)")
 
 
 def sha256_file(path: Path) -> str:
@@ -73,53 +137,99 @@ def write_entry(
         (tmp / "README.md").write_text(readme)
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
         (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "files": files}, indent=1) + "\n")
-        if dest.exists():
-            old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-            old.rmdir()
-            dest.rename(old)
-            tmp.rename(dest)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            tmp.rename(dest)
+        _swap_into_place(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     return dest
 
 
-def verify_entry(entry_dir: Path) -> dict[str, str]:
-    """Check an entry against its manifest; returns {file: sha256}. Raises ArtifactError."""
+def install_entry(src: Path, dest: Path) -> Path:
+    """Copy a verified entry (e.g. from the Hugging Face cache) to `dest` atomically.
+
+    The copy is verified again before it is renamed into place, so `dest` is either the old entry
+    or the complete new one, never a mixture; symlinks (the HF cache uses them) are followed.
+    """
+    files = verify_entry(src)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp.", dir=dest.parent))
+    try:
+        for name in [*files, MANIFEST]:
+            shutil.copyfile(src / name, tmp / name)
+        verify_entry(tmp, name=dest.name)
+        _swap_into_place(tmp, dest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    return dest
+
+
+def _swap_into_place(tmp: Path, dest: Path) -> None:
+    """Rename the finished `tmp` to `dest`; an existing `dest` is moved aside first, then removed."""
+    if dest.exists():
+        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
+        old.rmdir()
+        dest.rename(old)
+        try:
+            tmp.rename(dest)
+        except BaseException:
+            old.rename(dest)  # put the previous entry back rather than leave nothing
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        tmp.rename(dest)
+
+
+def verify_entry(entry_dir: Path, *, name: str | None = None) -> dict[str, str]:
+    """Check an entry against its manifest; returns {file: sha256}. Raises ArtifactError.
+
+    Order matters for safety: file names first, then every file's leading bytes (no pickle, no zip,
+    each file what its extension says), and only then is the manifest parsed and each file hashed.
+    `name` labels messages when the directory is a temporary one.
+    """
+    label = name or entry_dir.name
     if not entry_dir.is_dir():
         raise ArtifactError(f"no entry at {entry_dir}")
+    present = {p.name for p in entry_dir.iterdir() if not p.name.startswith(".")}
+    unexpected = unexpected_names(present)
+    if unexpected:
+        raise ArtifactError(
+            f"entry {label}: unexpected files {unexpected} (refused unread; an entry holds only "
+            f"{', '.join(sorted(ALLOWED_FILES))})"
+        )
+    for file_name in sorted(present):
+        check_file_safe(entry_dir / file_name)
     manifest_path = entry_dir / MANIFEST
     if not manifest_path.is_file():
-        raise ArtifactError(f"entry {entry_dir.name}: {MANIFEST} is missing")
+        raise ArtifactError(f"entry {label}: {MANIFEST} is missing")
     try:
         manifest = json.loads(manifest_path.read_text())
-    except json.JSONDecodeError as exc:
-        raise ArtifactError(f"entry {entry_dir.name}: {MANIFEST} is not valid JSON ({exc})") from None
-    if manifest.get("format") != FORMAT:
-        raise ArtifactError(f"entry {entry_dir.name}: unknown format {manifest.get('format')!r}")
-    present = {p.name for p in entry_dir.iterdir() if not p.name.startswith(".")}
-    unexpected = present - ALLOWED_FILES
-    if unexpected:
-        raise ArtifactError(f"entry {entry_dir.name}: unexpected files {sorted(unexpected)} (refused)")
-    files: dict[str, str] = manifest.get("files", {})
-    for name in REQUIRED_FILES:
-        if name not in files or not (entry_dir / name).is_file():
-            raise ArtifactError(f"entry {entry_dir.name}: {name} is missing")
-    for name, expected in files.items():
-        if name not in ALLOWED_FILES:
-            raise ArtifactError(f"entry {entry_dir.name}: manifest names unexpected file {name!r}")
-        path = entry_dir / name
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"entry {label}: {MANIFEST} is not valid JSON ({exc})") from None
+    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
+        got = manifest.get("format") if isinstance(manifest, dict) else None
+        raise ArtifactError(f"entry {label}: unknown format {got!r} (expected {FORMAT!r})")
+    files = manifest.get("files", {})
+    if not isinstance(files, dict):
+        raise ArtifactError(f"entry {label}: {MANIFEST} has no file table")
+    for file_name in REQUIRED_FILES:
+        if file_name not in files or not (entry_dir / file_name).is_file():
+            raise ArtifactError(f"entry {label}: {file_name} is missing")
+    for file_name, expected in files.items():
+        if file_name not in ALLOWED_FILES or file_name == MANIFEST:
+            raise ArtifactError(f"entry {label}: manifest names unexpected file {file_name!r}")
+        path = entry_dir / file_name
         if not path.is_file():
-            raise ArtifactError(f"entry {entry_dir.name}: {name} is missing")
+            raise ArtifactError(f"entry {label}: {file_name} is missing")
         actual = sha256_file(path)
         if actual != expected:
             raise ArtifactError(
-                f"entry {entry_dir.name}: {name} does not match its sha256 (expected {expected[:12]}…, "
+                f"entry {label}: {file_name} does not match its sha256 (expected {str(expected)[:12]}…, "
                 f"got {actual[:12]}…): the file was changed or corrupted"
             )
+    extra = present - set(files) - {MANIFEST}
+    if extra:
+        raise ArtifactError(f"entry {label}: files not in the manifest {sorted(extra)} (refused)")
     return files
 
 

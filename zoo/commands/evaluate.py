@@ -1,7 +1,94 @@
-"""Verbs of this family are registered here (work in progress: registers nothing yet)."""
+"""`zoo eval case N --method NAME`: score circuit-discovery methods against the ground truth.
+
+Top level is standard library only; the evaluator (torch, TransformerLens) is imported inside
+`run_eval`. Every input error surfaces as one ZooError line before any output is written.
+"""
+
+from __future__ import annotations
 
 import argparse
+import json
+import shutil
+import sys
+import tempfile
+from pathlib import Path
+
+BUILTIN_METHOD_KEYS = ("random", "activation_patching", "gradient_attribution", "ablation_scan", "greedy")
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    return None
+    from zoo.cli import add_common
+
+    p = sub.add_parser(
+        "eval", help="score circuit-discovery methods against an entry's ground-truth circuit",
+        description="Run circuit-discovery methods on a zoo entry (or its compiled model) and score them "
+        "against the known circuit: node/edge ROC and AUROC, precision/recall/F1, CAUSAL-BENCH "
+        "faithfulness, completeness, minimality, stability, causal optimality and composite, MIB "
+        "faithfulness curve with CPR/CMD, and cross-method convergence. Built-in methods: "
+        + ", ".join(BUILTIN_METHOD_KEYS) + "; or package.module:function.")
+    add_common(p)
+    p.add_argument("--method", action="append", default=[], metavar="NAME",
+                   help="method to run (repeatable): a built-in key or package.module:function")
+    p.add_argument("--scores", action="append", default=[], metavar="FILE",
+                   help="score a MIB-format score file (repeatable)")
+    p.add_argument("--model", choices=("trained", "compiled"), default=None,
+                   help="which model to evaluate (default: trained if the entry exists under the root, else compiled)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the task data and methods (default 0)")
+    p.add_argument("--n", type=int, default=200, help="inputs per run (default 200)")
+    p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
+                   help="how ablated components are replaced (default resample)")
+    p.add_argument("--behaviour", choices=("normalized", "accuracy"), default="normalized",
+                   help="CAUSAL-BENCH behaviour β (default normalized logit difference)")
+    p.add_argument("--stability-seeds", type=int, default=10, metavar="K",
+                   help="runs per method for stability (default 10; 1 turns it off)")
+    p.add_argument("--permutations", type=int, default=1000, metavar="B",
+                   help="permutation-null size for cross-method convergence (default 1000)")
+    p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
+    p.set_defaults(func=run_eval)
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    from zoo.cli import resolve_case
+    from zoo.errors import ZooError
+
+    if not args.method and not args.scores:
+        raise ZooError("name a method with --method (" + ", ".join(BUILTIN_METHOD_KEYS)
+                       + ", or package.module:function) or a score file with --scores")
+    for name, value, low in (("--n", args.n, 2), ("--stability-seeds", args.stability_seeds, 1),
+                             ("--permutations", args.permutations, 1)):
+        if value < low:
+            raise ZooError(f"{name} must be at least {low}, got {value}")
+    for path in args.scores:
+        if not Path(path).is_file():
+            raise ZooError(f"score file {path!r} does not exist")
+    case = resolve_case(args.kind, args.id)
+
+    from eval.evaluation import evaluate
+    from eval.methods import MethodError
+    from eval.report import table
+
+    try:
+        report = evaluate(case, args.method, scores=args.scores, model=args.model or "auto", root=args.root,
+                          n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
+                          stability_seeds=args.stability_seeds, permutations=args.permutations)
+    except (MethodError, ValueError) as exc:
+        raise ZooError(str(exc)) from None
+    if args.plots:
+        _write_plots_atomically(report, Path(args.plots))
+    if args.json:
+        print(json.dumps(report.to_json(), indent=1, allow_nan=False))
+    else:
+        print(table(report))
+        if args.plots:
+            print(f"plots written to {args.plots}", file=sys.stderr)
+    return 0
+
+
+def _write_plots_atomically(report, target: Path) -> None:
+    """Plots go to a temporary folder first, so a failure leaves no half-written plot set."""
+    from eval.plots import write_plots
+
+    target.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=target, prefix=".plots-") as tmp:
+        for path in write_plots(report, tmp):
+            shutil.move(str(path), target / path.name)

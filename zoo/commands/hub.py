@@ -4,7 +4,7 @@
     zoo push --all --repo-id ORG/NAME       every entry of the local root, in one commit
     zoo pull case 33 [--repo-id ORG/NAME]   download, verify, install into the local root
 
-The repository is --repo-id, else $ZOO_REPO_ID (pull also falls back to zoo.hub.DEFAULT_REPO_ID).
+The repository is --repo-id, else $ZOO_REPO_ID; there is no built-in default.
 Top level: standard library only; huggingface_hub is imported inside the verbs.
 """
 

@@ -1,7 +1,276 @@
-"""Verbs of this family are registered here (work in progress: registers nothing yet)."""
+"""`zoo train case N` (compile, train with SIIT to criterion, validate, write the entry) and
+`zoo validate case N` (recompute validation.json for an existing entry).
+
+Top level is standard library only (the CLI must start fast); torch and siit are imported inside
+the verbs. Training never imports transformer_lens (~8 s): siit runs its own TL-format model.
+"""
+
+from __future__ import annotations
 
 import argparse
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    return None
+    from zoo.cli import add_common
+
+    p = sub.add_parser(
+        "train", help="train a low-level transformer on a case with SIIT, validate it, write the entry",
+        description="Compile the case (cached), train a low-level transformer with Strict Interchange "
+        "Intervention Training until accuracy, IIA and SIIA reach the criterion on held-out data, "
+        "measure per-node effects and write the entry (safetensors + JSON + card). "
+        "Exit 1 if the criterion is not met (the entry is still written, met_criterion=false).")
+    add_common(p)
+    p.add_argument("--scheme", choices=("alg1", "apph"), default="apph",
+                   help="alg1: the paper's Algorithm 1 (three updates per batch, one non-aligned node "
+                   "per strictness sample); apph: Appendix H (one summed loss, each non-aligned node "
+                   "ablated w.p. 0.5, betas (0.9, 0.9), linear lr decay). Default apph")
+    p.add_argument("--strict-weight", type=float, default=None, metavar="W",
+                   help="Weight_SIIT (default 0.5; 0 trains plain IIT)")
+    p.add_argument("--natural", action="store_true",
+                   help="behaviour loss only: a 'natural' model with the same architecture")
+    p.add_argument("--epochs", type=int, default=None, help="step budget in passes over the training set (default 40)")
+    p.add_argument("--seed", type=int, default=0, help="seed of data, correspondence, init and sampling (default 0)")
+    p.add_argument("--lr", type=float, default=None, help="initial Adam learning rate (default 3e-3; the paper 1e-3)")
+    p.add_argument("--batch-size", type=int, default=None, help="pairs per step (default 256; the paper 512)")
+    p.add_argument("--criterion", type=float, default=None, help="target for accuracy, IIA, SIIA (default 1.0)")
+    p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N)")
+    p.add_argument("--resume", action="store_true",
+                   help="continue from the checkpoint of an interrupted run with the same options")
+    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the models are tiny)")
+    p.set_defaults(func=run_train)
+
+    p = sub.add_parser(
+        "validate", help="recompute validation.json of a trained entry (node effects, ablations)",
+        description="Load a trained entry, recompute accuracy, IIA, SIIA and per-node effects under "
+        "resample, mean and zero ablation on its held-out data, and rewrite validation.json.")
+    add_common(p)
+    p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N)")
+    p.set_defaults(func=run_validate)
+
+
+def _train_config(args: argparse.Namespace):
+    from siit.config import ConfigError, TrainConfig
+    from zoo.errors import ZooError
+
+    kw: dict[str, Any] = {"scheme": args.scheme, "seed": args.seed}
+    for flag, field in (("lr", "lr"), ("batch_size", "batch_size"), ("epochs", "epochs"),
+                        ("strict_weight", "strict_weight"), ("criterion", "criterion")):
+        if getattr(args, flag) is not None:
+            kw[field] = getattr(args, flag)
+    if args.natural:
+        if args.strict_weight:
+            raise ZooError("--natural trains the behaviour loss only; it cannot take --strict-weight")
+        kw.update(iit_weight=0.0, strict_weight=0.0)
+    try:
+        return TrainConfig(**kw)
+    except ConfigError as exc:
+        raise ZooError(str(exc)) from None
+
+
+def _check_args(args: argparse.Namespace) -> None:
+    """Bad numbers are bad input before anything is imported or written."""
+    from zoo.errors import ZooError
+
+    if args.lr is not None and not args.lr > 0:
+        raise ZooError(f"--lr must be > 0, got {args.lr}")
+    for flag in ("batch_size", "epochs", "threads"):
+        value = getattr(args, flag, None)
+        if value is not None and value < 1:
+            raise ZooError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+
+
+def _destination(args: argparse.Namespace, case) -> Path:
+    from zoo.paths import entries_dir, zoo_root
+
+    return Path(args.out).expanduser() if args.out else entries_dir(zoo_root(args.root)) / case.entry_name
+
+
+def _check_writable(dest: Path) -> None:
+    """The entry directory can be created or replaced, checked without writing anything."""
+    from zoo.errors import ZooError
+
+    if dest.exists() and not dest.is_dir():
+        raise ZooError(f"output {dest} exists and is not a directory")
+    parent = dest.parent
+    while not parent.exists():
+        if parent.parent == parent:
+            break
+        parent = parent.parent
+    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+        raise ZooError(f"cannot write the output directory {dest}: {parent} is not writable")
+
+
+def _compiled(args: argparse.Namespace, case):
+    from rasp_programs.compile import CompileError, compile_case
+    from zoo.errors import ZooError
+    from zoo.paths import compiled_dir, zoo_root
+
+    try:
+        return compile_case(case, compiled_dir(zoo_root(args.root)))
+    except CompileError as exc:
+        raise ZooError(str(exc)) from None
+    except PermissionError as exc:
+        raise ZooError(f"cannot write the compile cache: {exc}") from None
+
+
+def run_train(args: argparse.Namespace) -> int:
+    from zoo.cli import resolve_case
+    from zoo.errors import CriterionNotMet
+
+    _check_args(args)
+    case = resolve_case(args.kind, args.id)
+    dest = _destination(args, case)
+    _check_writable(dest)
+    config = _train_config(args)
+
+    import torch
+
+    from siit.trainer import TrainingInterrupted, train
+    from siit.validation import validate_model
+
+    torch.set_num_threads(args.threads)
+    compiled = _compiled(args, case)
+    checkpoint_dir = dest.parent / f".{dest.name}.checkpoint"
+    if not args.json:
+        print(f"training case {case.id} ({case.name}), scheme {config.scheme} -> {dest}", file=sys.stderr)
+    bar = _progress_bar(config.max_steps)
+    try:
+        result = train(compiled, config, checkpoint_dir=checkpoint_dir, resume=args.resume,
+                       progress=bar.update_to)
+    except TrainingInterrupted:
+        bar.close()
+        print(f"zoo: checkpoint saved in {checkpoint_dir}; rerun with --resume to continue", file=sys.stderr)
+        raise
+    finally:
+        bar.close()
+    validation = validate_model(result.model, result.evaluator)
+    _write(dest, compiled, result=result, validation=validation,
+           command=["zoo", *sys.argv[1:]] if sys.argv else None)
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    summary = _summary(case, dest, result, validation)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        _print_summary(summary)
+    if not result.met_criterion:
+        raise CriterionNotMet(
+            f"case {case.id}: criterion {config.criterion} not met after {result.steps} steps "
+            f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
+            f"SIIA min {summary['siia_min']:.4f}); entry written to {dest} with met_criterion=false")
+    return 0
+
+
+def _write(dest: Path, compiled, *, result, validation, command) -> None:
+    from siit.export import case_json, circuit_json, training_json
+    from zoo.artifact import write_entry
+    from zoo.card import render_model_card
+
+    files = {
+        "config.json": result.low_config,
+        "circuit.json": circuit_json(compiled, result.correspondence),
+        "case.json": case_json(compiled),
+        "training.json": training_json(result, command=command),
+        "validation.json": validation,
+    }
+    readme = render_model_card(name=dest.name, config=files["config.json"], circuit=files["circuit.json"],
+                               case=files["case.json"], training=files["training.json"],
+                               validation=validation)
+    write_entry(dest, state_dict=result.model.state_dict(), json_files=files, readme=readme)
+
+
+def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, Any]:
+    m = result.metrics
+    return {
+        "id": case.id, "entry": str(dest), "met_criterion": result.met_criterion,
+        "steps": result.steps, "epochs": round(result.steps / result.config.steps_per_epoch, 3),
+        "wall_time_s": round(result.seconds, 3),
+        "accuracy": m["accuracy"], "iia": m["iia"], "iia_min": m["iia_min"],
+        "siia": m["siia"], "siia_min": m["siia_min"], "siia_all": m["siia_all"],
+        "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],
+        "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
+    }
+
+
+def _print_summary(s: dict[str, Any]) -> None:
+    status = "met" if s["met_criterion"] else "NOT met"
+    print(f"case {s['id']}: criterion {status} after {s['steps']} steps ({s['epochs']} epochs, "
+          f"{s['wall_time_s']:.1f} s) -> {s['entry']}")
+    print(f"  accuracy {s['accuracy']:.4f}  IIA {s['iia']:.4f} (min {s['iia_min']:.4f})  "
+          f"SIIA {s['siia']:.4f} (min {s['siia_min']:.4f}, all at once {s['siia_all']:.4f})")
+    e = s["max_out_of_circuit_effect"]
+    print(f"  largest out-of-circuit effect: resample {e['resample']:.4f}, mean {e['mean']:.4f}, "
+          f"zero {e['zero']:.4f}")
+
+
+def _progress_bar(total: int):
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, file=sys.stderr, unit="step", mininterval=0.25, leave=False, dynamic_ncols=True)
+
+    def update_to(step: int, postfix: dict[str, float]) -> None:
+        bar.n = step
+        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()}, refresh=False)
+        bar.update(0)
+
+    bar.update_to = update_to  # type: ignore[attr-defined]
+    return bar
+
+
+def run_validate(args: argparse.Namespace) -> int:
+    from zoo.artifact import ArtifactError
+    from zoo.cli import resolve_case
+    from zoo.entry import load_entry_dir
+    from zoo.errors import ZooError
+
+    case = resolve_case(args.kind, args.id)
+    dest = _destination(args, case)
+    try:
+        entry = load_entry_dir(dest)
+    except ArtifactError as exc:
+        raise ZooError(str(exc)) from None
+    if entry.training is None:
+        raise ZooError(f"entry {dest} has no training.json: nothing to validate against")
+    _check_writable(dest)
+    import torch
+
+    torch.set_num_threads(1)
+    from siit.export import config_from_training_json, correspondence_from_circuit_json
+    from siit.trainer import prepare
+    from siit.transformer import Transformer
+    from siit.validation import validate_model
+    from zoo.artifact import write_entry
+    from zoo.card import render_model_card
+
+    compiled = _compiled(args, case)
+    config, arch = config_from_training_json(entry.training)
+    setup = prepare(compiled, config, arch)
+    corr = correspondence_from_circuit_json(entry.circuit_json, compiled.config, entry.config)
+    if corr.mapping != setup.corr.mapping:
+        raise ZooError(f"entry {dest}: its correspondence differs from the one its training config implies")
+    model = Transformer.from_state_dict(entry.config, entry.state_dict)
+    validation = validate_model(model, setup.evaluator)
+    files = {name: data for name, data in (("config.json", entry.config), ("circuit.json", entry.circuit_json),
+                                           ("case.json", entry.case_json), ("training.json", entry.training))}
+    files["validation.json"] = validation
+    readme = render_model_card(name=dest.name, config=entry.config, circuit=entry.circuit_json,
+                               case=entry.case_json, training=entry.training, validation=validation)
+    write_entry(dest, state_dict=entry.state_dict, json_files=files, readme=readme)
+    m = validation["metrics"]
+    out = {"entry": str(dest), "accuracy": m["accuracy"], "iia": m["iia"], "siia_min": m["siia_min"],
+           "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],
+           "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"]}
+    if args.json:
+        print(json.dumps(out, indent=1))
+    else:
+        print(f"{dest.name}: accuracy {m['accuracy']:.4f}  IIA {m['iia']:.4f}  SIIA min {m['siia_min']:.4f}")
+        for row in validation["node_effects"]:
+            flag = "in " if row["in_circuit"] else "out"
+            print(f"  {row['node']:7s} {flag}  resample {row['resample']:.3f}  mean {row['mean']:.3f}  "
+                  f"zero {row['zero']:.3f}")
+    return 0

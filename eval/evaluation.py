@@ -1,0 +1,245 @@
+"""An entry (or case) + methods -> an `EvalReport`: the evaluator's one orchestrating function.
+
+Reads top to bottom: resolve the model and its ground truth, sample task data with reference
+labels, run each method (main seed + K-1 reruns for stability), score against the ground truth at
+node and edge level, measure faithfulness on the model, then compare methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from eval.ablation import AblationKind, make_context
+from eval.baselines import REGISTRY
+from eval.circuit import Circuit
+from eval.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
+from eval.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
+from eval.methods import Method, MethodError, MethodOutput, call_method, get_method, read_score_file
+from eval.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
+from eval.report import EvalReport, LevelResult, MethodResult, versions
+from eval.task import TaskData, make_task
+
+ModelChoice = Literal["auto", "trained", "compiled"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Target:
+    """The model under evaluation, its ground truth and where its labels come from."""
+
+    name: str
+    """Entry name, e.g. `case-3`."""
+    which: Literal["trained", "compiled"]
+    model: Any
+    """HookedTransformer under evaluation."""
+    truth: Circuit
+    """Ground truth at head granularity."""
+    case: Any
+    """rasp_programs Case (sampler and task kind)."""
+    encoding: Any
+    reference: Any
+    """Model whose outputs are the labels: the compiled model of the case."""
+    path: str | None = None
+
+
+def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | None = None) -> Target:
+    """A Target from an Entry, a CompiledCase, a Case or a case id (str / int)."""
+    from rasp_programs.case import Case, get_case
+    from rasp_programs.compile import CompiledCase, compile_case
+    from zoo.entry import Entry, load_entry_dir
+    from zoo.paths import compiled_dir, entries_dir, zoo_root
+
+    if model not in ("auto", "trained", "compiled"):
+        raise ValueError(f"model must be trained, compiled or auto, not {model!r}")
+    base = zoo_root(root)
+    compile_ = lambda case: compile_case(case, compiled_dir(base))  # noqa: E731
+    if isinstance(target, CompiledCase):
+        if model == "trained":
+            raise ValueError("a CompiledCase has no trained model; pass an Entry or a case id")
+        return _compiled_target(target)
+    if isinstance(target, Entry):
+        if model == "compiled":
+            return _compiled_target(compile_(target.case))
+        return _trained_target(target, compile_(target.case))
+    case = target if isinstance(target, Case) else get_case(str(target))
+    entry_dir = entries_dir(base) / case.entry_name
+    if model == "trained" or (model == "auto" and entry_dir.is_dir()):
+        if not entry_dir.is_dir():
+            raise ValueError(f"no trained entry {case.entry_name} under {entries_dir(base)}; "
+                             "train it first or use --model compiled")
+        return _trained_target(load_entry_dir(entry_dir), compile_(case))
+    return _compiled_target(compile_(case))
+
+
+def _compiled_target(compiled: Any) -> Target:
+    return Target(name=compiled.case.entry_name, which="compiled", model=compiled.model,
+                  truth=compiled.graph.promoted(), case=compiled.case, encoding=compiled.encoding,
+                  reference=compiled.model)
+
+
+def _trained_target(entry: Any, compiled: Any) -> Target:
+    return Target(name=entry.name, which="trained", model=entry.model, truth=entry.circuit.promoted(),
+                  case=entry.case, encoding=entry.encoding, reference=compiled.model, path=str(entry.path))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Every knob of an evaluation (all recorded in the report)."""
+
+    n: int = 200
+    """Clean inputs (and as many counterfactuals) per run."""
+    seed: int = 0
+    """Seed of the main run; stability reruns use seed + 1 ... seed + K - 1."""
+    ablation: AblationKind = "resample"
+    """How ablated nodes / edges are replaced: resample (counterfactual), mean or zero."""
+    behaviour: BehaviourKind = "normalized"
+    """CAUSAL-BENCH β: normalized logit difference (default) or accuracy."""
+    stability_seeds: int = 10
+    """K runs (main included) for stability; 1 turns stability off."""
+    permutations: int = 1000
+    """B, the permutation null's size for cross-method convergence."""
+    relative_threshold: float = 0.05
+    """A scorer identifies the components with |score| >= this x max |score| (and > 0)."""
+    cos_threshold: float = 0.85
+    """Faithfulness floor of CAUSAL-BENCH's causal optimality reduction."""
+    weights: Mapping[str, float] | None = None
+    """Composite weights (default equal over F, C, M, S, COS)."""
+    mib_sizes: tuple[float, ...] = MIB_SIZES
+    """Circuit sizes (proportions of edges) of the MIB curve."""
+
+
+def evaluate(target: Any, methods: str | Method | Sequence[str | Method] = (), *,
+             scores: str | Path | Sequence[str | Path] = (), model: ModelChoice = "auto",
+             root: str | Path | None = None, settings: Settings | None = None, **overrides: Any) -> EvalReport:
+    """Evaluate methods (registry keys, `package.module:function`, Method records) and / or MIB
+    score files on an entry, a CompiledCase or a case id; keyword overrides set Settings fields."""
+    s = dataclasses.replace(settings or Settings(), **overrides)
+    method_list = [methods] if isinstance(methods, (str, Method)) else list(methods)
+    score_files = [scores] if isinstance(scores, (str, Path)) else list(scores)
+    if not method_list and not score_files:
+        raise MethodError(f"name at least one method ({', '.join(REGISTRY)}) or a score file")
+    resolved = [get_method(m, REGISTRY) for m in method_list]
+    t = resolve_target(target, model, root)
+    graph = graph_of(t.model)
+    for node in t.truth.nodes:
+        graph.check_node(node)
+    files = [(Path(f), read_score_file(Path(f), graph)) for f in score_files]  # fail before any work
+
+    task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed)
+    ctx = make_context(t.model, task, graph, s.ablation)
+    nb = node_behaviour(ctx, s.behaviour)
+    results = []
+    for method in resolved:
+        start = time.perf_counter()
+        out = call_method(method, t.model, task, graph=graph, seed=s.seed, ablation=s.ablation)
+        reruns = []
+        if method.seeded and s.stability_seeds > 1:
+            for k in range(1, s.stability_seeds):
+                task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
+                reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation))
+        results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb, s))
+    for path, out in files:
+        results.append(_score(f"file:{path.name}", path.name, out, [], 0.0, t, graph, ctx, nb, s))
+
+    conv = None
+    if len(results) >= 2:
+        conv = convergence({r.key: r.identified for r in results}, graph.components,
+                           permutations=s.permutations, seed=s.seed)
+    truth = t.truth
+    return EvalReport(
+        entry={"name": t.name, "case": t.case.id, "model": t.which, "path": t.path, "task_kind": t.case.task_kind},
+        ground_truth=truth.to_json(), graph={**graph.to_json(), "edges": len(graph.edges),
+                                             "edges_qkv": len(graph.at("qkv").edges)},
+        settings={**dataclasses.asdict(s), "weights": dict(s.weights) if s.weights else None,
+                  "stability_run_seeds": [s.seed + k for k in range(max(1, s.stability_seeds))],
+                  "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
+                  "labels": "reference (compiled) model outputs",
+                  "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
+                  "edge_universe": "every head-level edge of the model's graph",
+                  "roc_scores": "absolute values"},
+        methods=tuple(results), convergence=conv, versions=versions(),
+    )
+
+
+def identified_set(out: MethodOutput, graph: ComputationGraph, relative: float) -> set[str]:
+    """S_ℓ: a scorer's components with |score| >= relative x max|score| (> 0); a circuit
+    method's first circuit."""
+    if out.circuits is not None:
+        return set(out.circuits[0].nodes)
+    scores = _node_scores(out, graph)
+    top = max((abs(v) for v in scores.values()), default=0.0)
+    return {c for c, v in scores.items() if abs(v) > 0 and abs(v) >= relative * top}
+
+
+def _node_scores(out: MethodOutput, graph: ComputationGraph) -> dict[str, float]:
+    if out.node_scores is not None:
+        return {c: float(out.node_scores.get(c, 0.0)) for c in graph.components}
+    assert out.edge_scores is not None
+    return edges_to_node_scores(graph, out.edge_scores)
+
+
+def _edge_scores(out: MethodOutput, graph: ComputationGraph) -> dict[tuple[str, str], float]:
+    if out.edge_scores is not None:
+        promoted = promote_scores(out.edge_scores)
+        return {e: promoted.get(e, 0.0) for e in graph.edges}
+    return nodes_to_edge_scores(graph, _node_scores(out, graph))
+
+
+def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], seconds: float, t: Target,
+           graph: ComputationGraph, ctx: Any, nb: Any, s: Settings) -> MethodResult:
+    start = time.perf_counter()
+    truth_nodes = set(t.truth.nodes)
+    truth_edges = {(a, b) for a, b in t.truth.edges}
+    edge_universe = [f"{a}->{b}" for a, b in graph.edges]
+    truth_edge_names = {f"{a}->{b}" for a, b in truth_edges}
+    identified = identified_set(out, graph, s.relative_threshold)
+    circuits = None
+    mib = None
+    if out.circuits is None:
+        node_scores = _node_scores(out, graph)
+        edge_scores = _edge_scores(out, graph)
+        named_edges = {f"{a}->{b}": abs(v) for (a, b), v in edge_scores.items()}
+        node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
+        edge_roc = roc(named_edges, truth_edge_names)
+        rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
+        edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
+        node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
+                                 at_threshold=prf(identified, truth_nodes),
+                                 at_top_k=prf(top_k({c: abs(v) for c, v in node_scores.items()}, len(truth_nodes)), truth_nodes),
+                                 n_positive=len(truth_nodes), n_total=len(graph.components))
+        edge_level = LevelResult(level="edge", auroc=edge_roc.auroc, roc=edge_roc, auroc_kind="threshold_sweep",
+                                 at_threshold=prf(edge_ident, truth_edge_names),
+                                 at_top_k=prf(top_k(named_edges, len(truth_edges)), truth_edge_names),
+                                 n_positive=len(truth_edges), n_total=len(graph.edges))
+        mib = mib_curve(ctx, edge_scores, s.mib_sizes)
+    else:
+        node_scores = None
+        node_pts, edge_pts, circuits = [], [], []
+        for run in out.circuits:
+            run_edges = {f"{a}->{b}" for a, b in (run.edges if run.edges is not None else circuit_edges(graph, run.nodes))}
+            node_pts.append(roc_point(run.nodes, truth_nodes, graph.components))
+            edge_pts.append(roc_point(run_edges, truth_edge_names, edge_universe))
+            circuits.append({"param": run.param, "nodes": sorted(run.nodes), "node_point": node_pts[-1],
+                             "edge_point": edge_pts[-1]})
+        first_edges = {f"{a}->{b}" for a, b in (out.circuits[0].edges if out.circuits[0].edges is not None
+                                                 else circuit_edges(graph, out.circuits[0].nodes))}
+        n_roc, e_roc = pessimistic_auroc(node_pts), pessimistic_auroc(edge_pts)
+        node_level = LevelResult(level="node", auroc=n_roc.auroc, roc=n_roc, auroc_kind="pessimistic",
+                                 at_threshold=prf(identified, truth_nodes), at_top_k=None,
+                                 n_positive=len(truth_nodes), n_total=len(graph.components))
+        edge_level = LevelResult(level="edge", auroc=e_roc.auroc, roc=e_roc, auroc_kind="pessimistic",
+                                 at_threshold=prf(first_edges, truth_edge_names), at_top_k=None,
+                                 n_positive=len(truth_edges), n_total=len(graph.edges))
+    sets = [identified] + [identified_set(r, graph, s.relative_threshold) for r in reruns]
+    stability = mean_pairwise_jaccard(sets) if len(sets) > 1 else None
+    cb = causal_bench(nb, identified, stability=stability, weights=s.weights, cos_threshold=s.cos_threshold)
+    return MethodResult(
+        key=key, name=name, kind=out.kind, node=node_level, edge=edge_level, causal_bench=cb, mib=mib,
+        identified=tuple(c for c in graph.components if c in identified), node_scores=node_scores,
+        circuits=tuple(circuits) if circuits is not None else None,
+        stability_sets=tuple(tuple(sorted(x)) for x in sets) if len(sets) > 1 else None,
+        seconds=seconds, eval_seconds=time.perf_counter() - start,
+    )

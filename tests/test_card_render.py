@@ -1,0 +1,104 @@
+"""Model and benchmark cards: YAML front matter parses with the expected fields, the prose says how
+the circuit is labelled, and the card's loading snippet runs (through the local Hub server)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+from hub_server import build_entry, hub_environment
+
+from zoo.benchmark import entry_row, table_files
+from zoo.card import front_matter, render_benchmark_card
+
+REPO = "zoo-test/zoo"
+
+
+@pytest.fixture()
+def entry(compiled, tmp_path: Path) -> Path:
+    return build_entry(compiled("33"), tmp_path / "entries", accuracy=0.97)
+
+
+def test_model_card_front_matter(entry: Path) -> None:
+    card = (entry / "README.md").read_text()
+    meta = front_matter(card)
+    assert meta["license"] == "apache-2.0"
+    assert meta["library_name"] == "transformer-lens"
+    assert {"mechanistic-interpretability", "tracr"} <= set(meta["tags"])
+    metrics = {m["type"]: m["value"] for m in meta["model-index"][0]["results"][0]["metrics"]}
+    assert {k: metrics[k] for k in ("accuracy", "iia", "siia")} == {"accuracy": 0.97, "iia": 0.99, "siia": 0.98}
+    assert metrics["siia_min"] == 0.9 and metrics["max_out_of_circuit_effect.resample"] == 0.0
+    circuit = json.loads((entry / "circuit.json").read_text())
+    assert meta["zoo"]["circuit"] == {"granularity": "head", "n_nodes": len(circuit["nodes"]),
+                                      "n_edges": len(circuit["edges"])}
+    assert meta["zoo"]["case_id"] == "33"
+
+
+def test_model_card_prose(entry: Path) -> None:
+    card = (entry / "README.md").read_text()
+    assert "$" not in card.replace("$ZOO_HOME", "").replace("$ZOO_REPO_ID", "")  # every placeholder filled
+    assert "head granularity" in card and "promoting" in card and "a2.h0<k>" in card
+    case = json.loads((entry / "case.json").read_text())
+    assert case["description"] in card
+    for node in json.loads((entry / "circuit.json").read_text())["nodes"]:
+        assert f"| `{node}` |" in card
+    assert "| IIA (interchange intervention accuracy) | 0.990 |" in card
+    assert "| node | in_circuit | resample | mean | zero | inert |" in card
+
+
+def test_description_with_yaml_syntax_cannot_break_the_front_matter(compiled, tmp_path: Path) -> None:
+    from zoo.card import render_model_card
+
+    c = compiled("33")
+    case = {**c.case.metadata(), "description": 'tricky: "quotes" --- and $dollars', "name": "a: b"}
+    card = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(), case=case,
+                             training=None, validation=None)
+    meta = front_matter(card)
+    assert "model-index" not in meta  # no figures, no metrics
+    assert 'tricky: "quotes" --- and $dollars' in card
+
+
+def test_benchmark_card_and_tables(entry: Path) -> None:
+    rows = [entry_row(entry)]
+    files = table_files(rows, parquet=False)
+    card = render_benchmark_card(rows, repo_id=REPO, tables=sorted(files))
+    meta = front_matter(card)
+    assert meta["zoo"]["entries"] == ["case-33"] and meta["library_name"] == "transformer-lens"
+    assert "| case-33 |" in card and "| 0.970 | 0.990 | 0.980 |" in card
+    assert f'zoo.load("case-33", repo_id="{REPO}")' in card
+    assert "zoo pull case 33 --repo-id" in card
+    header = files["benchmark_metadata.csv"].decode().splitlines()[0].split(",")
+    assert {"entry", "validation.accuracy", "architecture.n_layers", "files.model.safetensors.sha256"} <= set(header)
+
+
+def test_card_loading_snippet_runs(hub_and_entry, capsys) -> None:
+    card, compiled_case = hub_and_entry
+    block = re.search(r"```python\n(.*?)```", card, re.S)
+    assert block is not None
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(block.group(1), "<card snippet>", "exec"), {})
+    decoded_line, nodes_line = out.getvalue().strip().splitlines()
+    seqs = compiled_case.case.sample(4, seed=0)
+    assert decoded_line == str(compiled_case.run(seqs))
+    assert nodes_line == str(compiled_case.graph.nodes)
+
+
+@pytest.fixture()
+def hub_and_entry(compiled, monkeypatch, tmp_path: Path):
+    """case-33 pushed to a local Hub server; the zoo root the snippet sees is empty."""
+    from zoo.hub import push_entries
+
+    server = hub_environment(monkeypatch, tmp_path)
+    try:
+        entry = build_entry(compiled("33"), tmp_path / "src" / "entries")
+        push_entries([entry], repo_id=REPO)
+        monkeypatch.setenv("ZOO_HOME", str(tmp_path / "empty-root"))
+        yield (entry / "README.md").read_text(), compiled("33")
+        assert any("/resolve/" in path for _, path in server.requests)  # the snippet used the Hub
+    finally:
+        server.stop()

@@ -1,0 +1,276 @@
+"""Zoo entries <-> one Hugging Face Hub model repository (one folder per entry, plus the benchmark
+table and card at the root), through the real huggingface_hub client.
+
+Which repository: the `repo_id` argument, else `$ZOO_REPO_ID`. There is no built-in default, so
+nothing is pushed to, or loaded from, a repository the user did not name.
+
+huggingface_hub reads its environment once, at import. zoo reads HF_ENDPOINT, HF_HUB_CACHE /
+HF_HOME and HF_HUB_OFFLINE again at each call and passes them explicitly, so setting them after
+import (a notebook, a test) takes effect too.
+
+Safety: before downloading, the entry's remote file names are checked against the artifact's
+allowed names and only those names are downloaded; the downloaded folder is then verified
+(leading bytes, then sha256 sums) before anything is parsed. `pull` copies into the zoo root
+atomically. Every failure becomes one HubError line (a ZooError: exit 2 on the CLI).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import os
+import time
+import warnings
+from collections.abc import Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from zoo.artifact import ALLOWED_FILES, MANIFEST, check_entry_name, install_entry, verify_entry
+from zoo.errors import ZooError
+
+REPO_ENV = "ZOO_REPO_ID"
+DEFAULT_REVISION = "main"
+
+
+class HubError(ZooError):
+    """The Hub refused, or lacked what was asked for."""
+
+
+class HubUnreachable(HubError):
+    """No answer from the Hub (down, no network, offline mode)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class HubSettings:
+    """Where to talk to and cache from, resolved at call time (see the module docstring)."""
+
+    repo_id: str
+    revision: str
+    endpoint: str
+    cache_dir: Path
+    offline: bool
+    token: str | bool | None = None
+
+
+def _truthy(value: str | None) -> bool:
+    return (value or "").strip().upper() in {"1", "ON", "YES", "TRUE"}
+
+
+def resolve_repo_id(repo_id: str | None = None) -> str:
+    """repo_id, else $ZOO_REPO_ID; checked to be `org/name`. There is no built-in default: the zoo
+    does not guess which repository a user trusts."""
+    chosen = repo_id or os.environ.get(REPO_ENV)
+    if not chosen:
+        raise HubError(f"no repository given: pass --repo-id ORG/NAME or set ${REPO_ENV}")
+    parts = chosen.split("/")
+    if len(parts) != 2 or not all(parts) or any(p.startswith(".") or ".." in p for p in parts):
+        raise HubError(f"invalid repository id {chosen!r}: expected ORG/NAME")
+    return chosen
+
+
+def settings(repo_id: str | None = None, revision: str | None = None, *,
+             token: str | bool | None = None, cache_dir: str | os.PathLike[str] | None = None) -> HubSettings:
+    from huggingface_hub import constants
+
+    if cache_dir is None:
+        env_cache, env_home = os.environ.get("HF_HUB_CACHE"), os.environ.get("HF_HOME")
+        cache_dir = env_cache or (os.path.join(env_home, "hub") if env_home else constants.HF_HUB_CACHE)
+    return HubSettings(
+        repo_id=resolve_repo_id(repo_id),
+        revision=revision or DEFAULT_REVISION,
+        endpoint=(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/"),
+        cache_dir=Path(cache_dir).expanduser(),
+        offline=_truthy(os.environ.get("HF_HUB_OFFLINE")) or constants.is_offline_mode(),
+        token=token,
+    )
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0] if text else type(exc).__name__
+
+
+@contextlib.contextmanager
+def hub_errors(s: HubSettings, what: str) -> Iterator[None]:
+    """Turn huggingface_hub / network exceptions into one HubError line saying what to do."""
+    import httpx2
+    from huggingface_hub import errors
+
+    where = f"{s.repo_id} on {s.endpoint}"
+    try:
+        yield
+    except (errors.RepositoryNotFoundError, errors.GatedRepoError):
+        raise HubError(f"{what}: repository {where} not found (check --repo-id / ${REPO_ENV}; "
+                       "a private repository needs HF_TOKEN)") from None
+    except errors.RevisionNotFoundError:
+        raise HubError(f"{what}: revision {s.revision!r} not found in {where}") from None
+    except (httpx2.TransportError, errors.OfflineModeIsEnabled) as exc:
+        raise HubUnreachable(f"{what}: cannot reach the Hub at {s.endpoint} ({_first_line(exc)}); "
+                       "check HF_ENDPOINT and the network, or set HF_HUB_OFFLINE=1 to use the cache") from None
+    except errors.HfHubHTTPError as exc:
+        status = exc.response.status_code if exc.response is not None else "?"
+        hint = " (no write access? set HF_TOKEN)" if status in (401, 403) else ""
+        raise HubError(f"{what}: the Hub answered {status} for {where}: {_first_line(exc)}{hint}") from None
+
+
+def _quiet_tqdm() -> type:
+    """Progress bars off for these calls only (entries are kilobytes; errors must stay one line)."""
+    from huggingface_hub.utils import tqdm as hf_tqdm
+
+    class Quiet(hf_tqdm):
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            kwargs["disable"] = True
+            super().__init__(*args, **kwargs)
+
+    return Quiet
+
+
+def _api(s: HubSettings):
+    from huggingface_hub import HfApi
+
+    return HfApi(endpoint=s.endpoint, token=s.token)
+
+
+# ------------------------------------------------------------------------------------------------
+# download
+
+
+def remote_entries(names: Sequence[str]) -> list[str]:
+    """Entry folder names among repository paths."""
+    folders = {p.split("/", 1)[0] for p in names if "/" in p}
+    return sorted(f for f in folders if f.startswith(("case-", "planted-")))
+
+
+def _check_remote_folder(s: HubSettings, name: str, repo_files: Sequence[str]) -> None:
+    """Refuse a missing entry or a folder holding anything but the artifact's files, unread."""
+    prefix = name + "/"
+    inside = [p[len(prefix):] for p in repo_files if p.startswith(prefix)]
+    if not inside:
+        known = ", ".join(remote_entries(repo_files)) or "none"
+        raise HubError(f"entry {name} is not in {s.repo_id}@{s.revision} (entries there: {known})")
+    bad = sorted(p for p in inside if p not in ALLOWED_FILES)
+    if bad:
+        raise HubError(f"entry {name} in {s.repo_id} holds unexpected files {bad}; refused without "
+                       f"downloading them (an entry holds only {', '.join(sorted(ALLOWED_FILES))})")
+
+
+def fetch_entry(name: str, *, repo_id: str | None = None, revision: str | None = None,
+                token: str | bool | None = None, cache_dir: str | os.PathLike[str] | None = None) -> Path:
+    """Download entry `name` into the Hugging Face cache (or find it there when offline or when the
+    Hub is unreachable), verify it, and return its folder in the cached snapshot."""
+    from huggingface_hub import errors, snapshot_download
+
+    check_entry_name(name)
+    s = settings(repo_id, revision, token=token, cache_dir=cache_dir)
+    reached, why = False, "HF_HUB_OFFLINE is set"
+    if not s.offline:
+        try:
+            with hub_errors(s, f"fetching {name}"):
+                info = _api(s).repo_info(s.repo_id, revision=s.revision, token=s.token)
+            _check_remote_folder(s, name, [f.rfilename for f in info.siblings or []])
+            reached = True
+        except HubUnreachable as exc:
+            why = str(exc)  # fall back to the cache silently, like huggingface_hub itself
+    patterns = [f"{name}/{f}" for f in sorted(ALLOWED_FILES)]
+    try:
+        with hub_errors(s, f"fetching {name}"):
+            snapshot = snapshot_download(
+                s.repo_id, revision=s.revision, allow_patterns=patterns, cache_dir=str(s.cache_dir),
+                endpoint=s.endpoint, token=s.token, local_files_only=not reached,
+                tqdm_class=_quiet_tqdm(),
+            )
+    except errors.LocalEntryNotFoundError as exc:
+        why = why if not reached else _first_line(exc)
+        raise HubError(f"entry {name} of {s.repo_id}@{s.revision} is not in the Hugging Face cache "
+                       f"({s.cache_dir}) and {why}") from None
+    path = Path(snapshot) / name
+    if not path.is_dir():
+        raise HubError(f"entry {name} is not in the cached snapshot of {s.repo_id}@{s.revision}")
+    verify_entry(path)
+    return path
+
+
+def pull_entry(name: str, entries: Path, *, repo_id: str | None = None, revision: str | None = None,
+               token: str | bool | None = None) -> Path:
+    """Fetch and verify entry `name`, then copy it into `entries/name` atomically."""
+    source = fetch_entry(name, repo_id=repo_id, revision=revision, token=token)
+    return install_entry(source, entries / name)
+
+
+def list_remote_entries(*, repo_id: str | None = None, revision: str | None = None,
+                        token: str | bool | None = None) -> list[str]:
+    s = settings(repo_id, revision, token=token)
+    with hub_errors(s, "listing entries"):
+        info = _api(s).repo_info(s.repo_id, revision=s.revision, token=s.token)
+    return remote_entries([f.rfilename for f in info.siblings or []])
+
+
+# ------------------------------------------------------------------------------------------------
+# upload
+
+
+def _remote_rows(api: Any, s: HubSettings, parent: str, repo_files: Sequence[str]) -> list[dict[str, Any]]:
+    from zoo.benchmark import METADATA_JSON, rows_from_json
+
+    if METADATA_JSON not in repo_files:
+        return []
+    path = api.hf_hub_download(s.repo_id, METADATA_JSON, revision=parent, cache_dir=str(s.cache_dir))
+    try:
+        return rows_from_json(json.loads(Path(path).read_text(encoding="utf-8")))
+    except ValueError as exc:
+        raise HubError(f"{METADATA_JSON} in {s.repo_id} is not a zoo table ({exc}); refusing to overwrite it") from None
+
+
+def push_entries(entry_dirs: Sequence[Path], *, repo_id: str | None = None, revision: str | None = None,
+                 private: bool | None = None, message: str | None = None,
+                 token: str | bool | None = None) -> dict[str, Any]:
+    """Upload entries (each verified first) as folders of one repository, in one commit, with the
+    benchmark table merged with the remote one and the benchmark card regenerated."""
+    from huggingface_hub import CommitOperationAdd, CommitOperationDelete
+
+    from zoo.benchmark import entry_row, merge_rows, table_files
+    from zoo.card import render_benchmark_card
+
+    if not entry_dirs:
+        raise HubError("nothing to push")
+    s = settings(repo_id, revision, token=token)
+    if s.offline:
+        raise HubError("cannot push with HF_HUB_OFFLINE set")
+    start = time.perf_counter()
+    manifests = {d.name: verify_entry(d) for d in entry_dirs}  # never publish a broken entry
+    rows = [entry_row(d) for d in entry_dirs]
+    api = _api(s)
+    with hub_errors(s, "pushing"):
+        api.create_repo(s.repo_id, exist_ok=True, private=private, token=s.token)
+        parent = api.repo_info(s.repo_id, revision=s.revision, token=s.token).sha
+        repo_files = api.list_repo_files(s.repo_id, revision=parent, token=s.token)
+        table = merge_rows(_remote_rows(api, s, parent, repo_files), rows)
+        root_files = table_files(table)
+        root_files["README.md"] = render_benchmark_card(table, repo_id=s.repo_id, tables=sorted(root_files)).encode()
+        ops: list[Any] = []
+        size = 0
+        for d in entry_dirs:
+            keep = sorted([*manifests[d.name], MANIFEST])
+            stale = [p for p in repo_files if p.startswith(d.name + "/") and p.split("/", 1)[1] not in keep]
+            ops += [CommitOperationDelete(path_in_repo=p) for p in stale]
+            ops += [CommitOperationAdd(path_in_repo=f"{d.name}/{f}", path_or_fileobj=str(d / f)) for f in keep]
+            size += sum((d / f).stat().st_size for f in keep)
+        ops += [CommitOperationAdd(path_in_repo=n, path_or_fileobj=data) for n, data in root_files.items()]
+        names = [d.name for d in entry_dirs]
+        summary = message or f"zoo push {', '.join(names) if len(names) <= 5 else f'{len(names)} entries'}"
+        with warnings.catch_warnings():
+            # The Hub warns about data files (the Parquet table) in a model repo: intended here.
+            warnings.filterwarnings("ignore", message=".*data file.*")
+            commit = api.create_commit(s.repo_id, ops, commit_message=summary, revision=s.revision,
+                                       parent_commit=parent, token=s.token)
+    return {
+        "repo_id": s.repo_id,
+        "revision": s.revision,
+        "commit": commit.oid,
+        "commit_url": commit.commit_url,
+        "entries": names,
+        "entry_bytes": size,
+        "table_entries": len(table),
+        "seconds": round(time.perf_counter() - start, 3),
+    }

@@ -1,0 +1,87 @@
+"""A training result -> the JSON files of a zoo entry (config, circuit, case, training,
+validation), and an existing entry's files -> the objects needed to validate it again."""
+
+from __future__ import annotations
+
+import platform
+from importlib import metadata
+from typing import Any
+
+from siit.config import ArchConfig, TrainConfig
+from siit.correspondence import Correspondence, NodeLayout
+from siit.trainer import TrainResult
+
+_PACKAGES = ("zoo", "torch", "numpy", "safetensors", "tracr-pypi", "transformer-lens")
+
+
+def package_versions() -> dict[str, str]:
+    out = {"python": platform.python_version()}
+    for dist in _PACKAGES:
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            out[dist] = "not installed"
+    return out
+
+
+def circuit_json(compiled: Any, corr: Correspondence) -> dict[str, Any]:
+    """circuit.json: the high-level graph mapped through the correspondence (head granularity)."""
+    data = corr.map_circuit(compiled.graph).to_json()
+    data["correspondence"] = corr.to_json()
+    data["high_level_labels"] = dict(compiled.graph.labels)
+    data["high_level_edges"] = [[s, d] for s, d in compiled.graph.edges]
+    return data
+
+
+def case_json(compiled: Any) -> dict[str, Any]:
+    return dict(compiled.case.metadata(), encoding=compiled.encoding.to_json())
+
+
+def training_json(result: TrainResult, *, command: list[str] | None = None) -> dict[str, Any]:
+    cfg = result.config
+    return {
+        "schema_version": 1,
+        "met_criterion": result.met_criterion,
+        "criterion": {"value": cfg.criterion, "metrics": list(cfg.judged_metrics),
+                      "rule": "accuracy, every high-level node's IIA and every SIIA (each non-aligned "
+                              "node alone and all at once) >= value on the validation set"},
+        "config": cfg.to_json(),
+        "arch": {"overrides": _arch_json(result.arch), "low_level_config": result.low_config},
+        "seeds": {"seed": cfg.seed, "train_data": 2 * cfg.seed + 1, "validation_data": 2 * cfg.seed + 2,
+                  "correspondence": cfg.seed, "init": cfg.seed, "step": "derived from (seed, step)"},
+        "steps": result.steps,
+        "epochs": round(result.steps / cfg.steps_per_epoch, 3),
+        "wall_time_s": round(result.seconds, 3),
+        "resumed_from_step": result.resumed_from_step,
+        "final_metrics": result.metrics,
+        "history": result.history,
+        "train_validation_overlap": round(result.train_val_overlap, 4),
+        "versions": package_versions(),
+        "command": command,
+        "notes": [
+            "Weight_SIIT is applied once (InterpBench's code applied it twice).",
+            "IIT samples one high-level node per example and strictness samples non-aligned nodes per "
+            "example (the paper samples per batch): the same loss in expectation.",
+            "Sources are paired with bases by TrainConfig.pairing; see the config docstring.",
+        ],
+    }
+
+
+def _arch_json(arch: ArchConfig) -> dict[str, Any]:
+    return {k: v for k, v in vars(arch).items() if v is not None}
+
+
+def config_from_training_json(training: dict[str, Any]) -> tuple[TrainConfig, ArchConfig]:
+    """The TrainConfig and ArchConfig recorded in an entry's training.json."""
+    cfg = dict(training["config"])
+    cfg["betas"] = tuple(cfg["betas"])
+    return TrainConfig(**cfg), ArchConfig(**training["arch"]["overrides"])
+
+
+def correspondence_from_circuit_json(circuit: dict[str, Any], hl_config: dict[str, Any],
+                                     ll_config: dict[str, Any]) -> Correspondence:
+    return Correspondence(
+        mapping={hl: tuple(lls) for hl, lls in circuit["correspondence"].items()},
+        high=NodeLayout(hl_config["n_layers"], hl_config["n_heads"]),
+        low=NodeLayout(ll_config["n_layers"], ll_config["n_heads"]),
+    )

@@ -1,0 +1,58 @@
+"""Interchange interventions on both models, batched: run the source once, cache its node
+activations, patch them into the base run. Every row of a batch may intervene on its own node set
+(a bool mask per row), so one forward pass serves many nodes at once.
+
+`INTINV(M, b, s, V)` of the paper is `interchange(M, b, node_activations(M, s), mask(V))`.
+Activations are patched at every position; how sources of another length are paired with bases
+is decided by the data (siit.data.pair_sources).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+import torch
+
+from siit.transformer import Patch, Transformer
+
+Ablation = Literal["resample", "mean", "zero"]
+
+
+def node_activations(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """[n_layers, B, T, n_heads + 1, d_model] node activations, without gradients (a source run)."""
+    with torch.no_grad():
+        return model(tokens, mask, return_acts=True)[1]
+
+
+def interchange(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor,
+                source_acts: torch.Tensor, node_mask: torch.Tensor) -> torch.Tensor:
+    """Logits of the base run with the masked nodes set to `source_acts`.
+
+    node_mask: bool [B, n_layers, n_heads + 1] (or [n_layers, n_heads + 1] for every row);
+    source_acts: [n_layers, B or 1, T, n_heads + 1, d_model].
+    """
+    if node_mask.dim() == 2:
+        node_mask = node_mask.expand(tokens.shape[0], *node_mask.shape)
+    return model(tokens, mask, Patch(mask=node_mask, values=source_acts))[0]
+
+
+def ablation_values(acts: torch.Tensor, mask: torch.Tensor, kind: Ablation) -> torch.Tensor:
+    """Replacement activations [n_layers, 1, T, slots, d] for mean or zero ablation.
+
+    The mean is taken per position over the sequences in which that position is a real token
+    (BOS or input); positions that are never real get zeros.
+    """
+    if kind == "zero":
+        return torch.zeros_like(acts[:, :1])
+    if kind != "mean":
+        raise ValueError(f"no fixed replacement for {kind!r} ablation")
+    weight = mask.to(acts.dtype)[None, :, :, None, None]
+    count = weight.sum(dim=1, keepdim=True).clamp(min=1.0)
+    return (acts * weight).sum(dim=1, keepdim=True) / count
+
+
+def repeat_rows(x: torch.Tensor, times: int, dim: int = 0) -> torch.Tensor:
+    """x repeated `times` along dim (row r of copy k is row r of x): stacks intervention groups."""
+    reps = [1] * x.dim()
+    reps[dim] = times
+    return x.repeat(*reps)

@@ -1,0 +1,116 @@
+"""A trained low-level model + held-out data -> accuracy, IIA (per high-level node) and SIIA (per
+non-aligned node, and all of them at once).
+
+IIA(V^H): fraction of labelled positions where the low-level model intervened on Π(V^H) agrees
+with the high-level model intervened on V^H. SIIA(V^L): fraction where the low-level model
+intervened on the non-aligned V^L still gives the correct output for the base (the strictness
+loss's target). Regression outputs agree within the tolerance (0.05). The validation pairs are
+drawn once, so successive evaluations are comparable.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from rasp_programs.case import TaskKind
+from siit.correspondence import Correspondence
+from siit.data import Dataset, pair_sources
+from siit.interventions import interchange, node_activations, repeat_rows
+from siit.losses import agree, predictions, targets_from_logits
+from siit.transformer import Transformer
+
+_MAX_ROWS = 8192  # rows per batched forward pass: bounds memory for larger models
+
+
+@dataclasses.dataclass(frozen=True)
+class Evaluator:
+    """Fixed validation pairs with their high-level targets for every intervention."""
+
+    data: Dataset
+    sources: torch.Tensor
+    """long [N]: the source paired with each validation base."""
+    iit_targets: torch.Tensor
+    """[n_high_nodes, N, T]: high-level output with that node taken from the source."""
+    correspondence: Correspondence
+    task_kind: TaskKind
+    tolerance: float
+
+    @classmethod
+    def build(cls, data: Dataset, high: Transformer, correspondence: Correspondence, *,
+              task_kind: TaskKind, tolerance: float, pairing: str, generator: torch.Generator) -> Evaluator:
+        n = len(data)
+        sources = pair_sources(data.lengths, torch.arange(n), pairing, generator)
+        targets = []
+        with torch.no_grad():
+            for hl_mask in correspondence.high_masks():
+                logits = interchange(high, data.tokens, data.mask, data.high_acts[:, sources], hl_mask)
+                targets.append(targets_from_logits(logits, task_kind))
+        return cls(data, sources, torch.stack(targets), correspondence, task_kind, tolerance)
+
+    def groups(self) -> tuple[list[str], torch.Tensor]:
+        """Names and low-level masks [G, L, S] of every intervention the metrics need."""
+        corr = self.correspondence
+        names = ["clean"] + [f"iia:{n}" for n in corr.high_nodes] + [f"siia:{n}" for n in corr.non_aligned]
+        masks = [torch.zeros(corr.low.n_layers, corr.low.n_heads + 1, dtype=torch.bool)]
+        masks += list(corr.low_masks())
+        masks += [corr.low.mask([n]) for n in corr.non_aligned]
+        if corr.non_aligned:
+            names.append("siia:all")
+            masks.append(corr.low.mask(corr.non_aligned))
+        return names, torch.stack(masks)
+
+    def run_groups(self, model: Transformer, masks: torch.Tensor,
+                   source_acts: torch.Tensor | None = None) -> torch.Tensor:
+        """Predictions [G, N, T] of the base runs under each group's intervention."""
+        d = self.data
+        n = len(d)
+        if source_acts is None:
+            source_acts = node_activations(model, d.tokens, d.mask)[:, self.sources]
+        per_chunk = max(1, _MAX_ROWS // n)
+        out = []
+        with torch.no_grad():
+            for start in range(0, masks.shape[0], per_chunk):
+                chunk = masks[start : start + per_chunk]
+                g = chunk.shape[0]
+                rows = chunk.repeat_interleave(n, dim=0)
+                values = source_acts if source_acts.shape[1] == 1 else repeat_rows(source_acts, g, dim=1)
+                logits = interchange(model, repeat_rows(d.tokens, g), repeat_rows(d.mask, g), values, rows)
+                out.append(predictions(logits, self.task_kind).reshape(g, n, -1))
+        return torch.cat(out)
+
+    def evaluate(self, model: Transformer) -> dict[str, Any]:
+        """accuracy, iia (mean over high-level nodes), iia_min, siia (mean over single non-aligned
+        nodes), siia_min (including all-at-once), siia_all, and per-node values."""
+        names, masks = self.groups()
+        preds = self.run_groups(model, masks)
+        lm = self.data.label_mask
+        score = lambda p, t: float(agree(p, t, self.task_kind, self.tolerance)[lm].float().mean())  # noqa: E731
+        by_name = {}
+        for i, name in enumerate(names):
+            if name.startswith("iia:"):
+                target = self.iit_targets[self.correspondence.high_nodes.index(name[4:])]
+            else:
+                target = self.data.labels
+            by_name[name] = score(preds[i], target)
+        iia = {k[4:]: v for k, v in by_name.items() if k.startswith("iia:")}
+        siia = {k[5:]: v for k, v in by_name.items() if k.startswith("siia:")}
+        single = [v for k, v in siia.items() if k != "all"]
+        return {
+            "accuracy": by_name["clean"],
+            "iia": sum(iia.values()) / len(iia) if iia else 1.0,
+            "iia_min": min(iia.values(), default=1.0),
+            "siia": sum(single) / len(single) if single else 1.0,
+            "siia_min": min(siia.values(), default=1.0),
+            "siia_all": siia.get("all", 1.0),
+            "iia_per_node": iia,
+            "siia_per_node": siia,
+        }
+
+
+def meets_criterion(metrics: dict[str, Any], judged: tuple[str, ...], criterion: float) -> bool:
+    """Accuracy, every node's IIA and every SIIA (as judged) at or above the criterion."""
+    value = {"accuracy": metrics["accuracy"], "iia": metrics["iia_min"], "siia": metrics["siia_min"]}
+    return all(value[m] >= criterion - 1e-12 for m in judged)

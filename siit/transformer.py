@@ -1,0 +1,165 @@
+"""A TransformerLens-format config + state dict -> a small pure-torch transformer with node patching.
+
+Importing transformer_lens takes ~8 s on the target machines, longer than a whole training run, so
+training runs this module instead. It uses TransformerLens's parameterisation and state-dict names
+(embed.W_E, pos_embed.W_pos, blocks.{l}.attn.W_Q [H, d_model, d_head], ..., unembed.W_U) and
+reproduces HookedTransformer's forward pass for the configs the zoo uses (no layer norm, standard
+positional embeddings, attention scaled by 1/sqrt(d_head)), including how it treats an
+`attention_mask`: pad positions get a zero positional embedding, padded keys are masked only under
+causal attention (TransformerLens applies the padding mask inside its causal mask, so a
+bidirectional model attends to PAD tokens), and rows with no allowed key become zeros.
+A test checks equality with HookedTransformer (logits, hook_result, hook_mlp_out).
+
+Node activations of layer l are stacked as one tensor [batch, pos, n_heads + 1, d_model]: slots
+0..H-1 are the heads' `hook_result`, slot H is `hook_mlp_out`. A `Patch` replaces chosen slots
+per example, so one batched forward pass can intervene on a different node set in every row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+
+_ACT_FNS = {"relu": F.relu, "gelu": F.gelu}  # TL's "gelu" is F.gelu (exact erf form)
+
+
+@dataclasses.dataclass(frozen=True)
+class Patch:
+    """Replacement node activations for one forward pass."""
+
+    mask: torch.Tensor
+    """bool [batch, n_layers, n_heads + 1]: which nodes of each row are replaced."""
+    values: torch.Tensor
+    """[n_layers, batch or 1, pos, n_heads + 1, d_model]: the replacement activations."""
+
+
+class _Params(nn.Module):
+    """A parameter holder so that state-dict keys read like TransformerLens's."""
+
+    def __init__(self, **shapes: tuple[int, ...]) -> None:
+        super().__init__()
+        for name, shape in shapes.items():
+            setattr(self, name, nn.Parameter(torch.zeros(shape)))
+
+
+class _Block(nn.Module):
+    def __init__(self, d_model: int, n_heads: int, d_head: int, d_mlp: int) -> None:
+        super().__init__()
+        H, d, k = n_heads, d_model, d_head
+        self.attn = _Params(W_Q=(H, d, k), W_K=(H, d, k), W_V=(H, d, k), b_Q=(H, k), b_K=(H, k),
+                            b_V=(H, k), W_O=(H, k, d), b_O=(d,))
+        self.mlp = _Params(W_in=(d, d_mlp), b_in=(d_mlp,), W_out=(d_mlp, d), b_out=(d,))
+
+
+class Transformer(nn.Module):
+    """Attention-only-plus-MLP transformer without layer norm, TransformerLens-compatible."""
+
+    def __init__(self, config: Mapping[str, Any]) -> None:
+        super().__init__()
+        if config.get("normalization_type") is not None:
+            raise ValueError("only normalization_type None is supported")
+        if config.get("positional_embedding_type", "standard") != "standard":
+            raise ValueError("only standard positional embeddings are supported")
+        if config["act_fn"] not in _ACT_FNS:
+            raise ValueError(f"act_fn must be one of {sorted(_ACT_FNS)}, got {config['act_fn']!r}")
+        self.config = dict(config)
+        self.n_layers, self.n_heads = int(config["n_layers"]), int(config["n_heads"])
+        self.d_model, self.d_head = int(config["d_model"]), int(config["d_head"])
+        self.causal = config["attention_dir"] == "causal"
+        self.act = _ACT_FNS[config["act_fn"]]
+        d, n_ctx = self.d_model, int(config["n_ctx"])
+        self.embed = _Params(W_E=(int(config["d_vocab"]), d))
+        self.pos_embed = _Params(W_pos=(n_ctx, d))
+        self.blocks = nn.ModuleList(
+            _Block(d, self.n_heads, self.d_head, int(config["d_mlp"])) for _ in range(self.n_layers)
+        )
+        self.unembed = _Params(W_U=(d, int(config["d_vocab_out"])), b_U=(int(config["d_vocab_out"]),))
+
+    @classmethod
+    def from_state_dict(cls, config: Mapping[str, Any], state_dict: Mapping[str, torch.Tensor]) -> Transformer:
+        model = cls(config)
+        model.load_state_dict({k: v for k, v in state_dict.items() if k in model.state_dict()}, strict=True)
+        return model
+
+    @property
+    def n_slots(self) -> int:
+        """Node slots per layer: the heads, then the MLP."""
+        return self.n_heads + 1
+
+    def forward(
+        self,
+        tokens: torch.Tensor,
+        attention_mask: torch.Tensor,
+        patch: Patch | None = None,
+        *,
+        return_acts: bool = False,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """logits [batch, pos, d_vocab_out] and, if asked, node activations
+        [n_layers, batch, pos, n_heads + 1, d_model] (after patching)."""
+        real = attention_mask.bool()
+        pos = torch.where(real[..., None], self.pos_embed.W_pos[: tokens.shape[1]], 0.0)
+        x = self.embed.W_E[tokens] + pos
+        allowed = self._allowed(real)
+        acts = []
+        for layer, block in enumerate(self.blocks):
+            result = self._heads(block.attn, x, allowed)  # [B, T, H, d]
+            if patch is not None:
+                m = patch.mask[:, layer, : self.n_heads]
+                result = torch.where(m[:, None, :, None], patch.values[layer, :, :, : self.n_heads], result)
+            x = x + result.sum(dim=2) + block.attn.b_O
+            mlp = block.mlp
+            mlp_out = self.act(x @ mlp.W_in + mlp.b_in) @ mlp.W_out + mlp.b_out  # [B, T, d]
+            if patch is not None:
+                m = patch.mask[:, layer, self.n_heads]
+                mlp_out = torch.where(m[:, None, None], patch.values[layer, :, :, self.n_heads], mlp_out)
+            x = x + mlp_out
+            if return_acts:
+                acts.append(torch.cat([result, mlp_out[:, :, None]], dim=2))
+        logits = x @ self.unembed.W_U + self.unembed.b_U
+        return logits, (torch.stack(acts) if return_acts else None)
+
+    def _allowed(self, real: torch.Tensor) -> torch.Tensor | None:
+        """bool [batch, 1, q, k] of allowed keys, or None (bidirectional: TL attends to everything)."""
+        if not self.causal:
+            return None
+        T = real.shape[1]
+        tri = torch.ones(T, T, dtype=torch.bool, device=real.device).tril()
+        return (tri[None] & real[:, None, :])[:, None]
+
+    def _heads(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        """Per-head attention output (TL's hook_result) [batch, pos, H, d_model]."""
+        q = torch.einsum("btd,hdk->bhtk", x, attn.W_Q) + attn.b_Q[:, None]
+        k = torch.einsum("btd,hdk->bhtk", x, attn.W_K) + attn.b_K[:, None]
+        v = torch.einsum("btd,hdk->bhtk", x, attn.W_V) + attn.b_V[:, None]
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+        if allowed is not None:
+            scores = scores.masked_fill(~allowed, float("-inf"))
+        pattern = torch.softmax(scores, dim=-1)
+        if allowed is not None:  # a query with no allowed key gives NaN; TL turns it into zeros
+            pattern = torch.nan_to_num(pattern, nan=0.0)
+        z = pattern @ v  # [B, H, T, k]
+        return torch.einsum("bhtk,hkd->bthd", z, attn.W_O)
+
+
+def init_weights(model: Transformer, generator: torch.Generator, *, output_scale: float = 1.0) -> None:
+    """Normal init with std 1/sqrt(fan_in), biases zero, seeded. `output_scale` multiplies the std
+    of the matrices that write into the residual stream (W_O, W_out): components then start close
+    to inert, which is what strictness asks of every non-aligned node."""
+    with torch.no_grad():
+        for name, param in model.named_parameters():
+            if name.rsplit(".", 1)[-1].startswith("b_"):
+                param.zero_()
+                continue
+            fan_in = param.shape[-2] if param.dim() >= 2 else param.shape[-1]
+            if name.endswith(("W_E", "W_pos")):
+                fan_in = param.shape[-1]
+            if name.endswith("W_O"):  # the heads' outputs are summed: fan-in is H * d_head
+                fan_in = param.shape[0] * param.shape[1]
+            scale = output_scale if name.endswith(("W_O", "W_out")) else 1.0
+            param.normal_(0.0, scale / math.sqrt(fan_in), generator=generator)

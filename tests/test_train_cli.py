@@ -1,0 +1,86 @@
+"""`zoo train` / `zoo validate`: exit codes, one-line errors, nothing written on bad input,
+the entry's files (TL-loadable weights, parseable circuit), criterion not met -> exit 1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zoo.cli import main
+
+FAST = ["--epochs", "1", "--batch-size", "64"]
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["train", "case", "999"], "unknown case"),
+    (["train", "case", "33", "--lr", "0"], "--lr"),
+    (["train", "case", "33", "--lr", "-1"], "--lr"),
+    (["train", "case", "33", "--batch-size", "0"], "--batch-size"),
+    (["train", "case", "33", "--epochs", "0"], "--epochs"),
+    (["train", "case", "33", "--scheme", "nope"], "scheme"),
+])
+def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path: Path, capsys) -> None:
+    root = tmp_path / "root"
+    code = main([*argv, "--root", str(root)]) if argv[-1] != "nope" else _exit_code(argv + ["--root", str(root)])
+    err = capsys.readouterr().err.strip()
+    assert code == 2
+    assert len(err.splitlines()) == 1 and needle in err
+    assert not root.exists()
+
+
+def _exit_code(argv) -> int:
+    with pytest.raises(SystemExit) as exc:
+        main(argv)
+    return int(exc.value.code)
+
+
+def test_unwritable_output_exits_2(tmp_path: Path, capsys) -> None:
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code = main(["train", "case", "33", "--out", str(blocker / "entry"), "--root", str(tmp_path / "r")])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1 and "cannot write" in err
+    assert not (tmp_path / "r").exists() and blocker.read_text() == "x"
+
+
+def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) -> None:
+    out = tmp_path / "case-33"
+    code = main(["train", "case", "33", *FAST, "--out", str(out), "--root", str(tmp_path / "r"), "--json"])
+    captured = capsys.readouterr()
+    assert code == 1
+    assert "not met" in captured.err.strip().splitlines()[-1]
+    summary = json.loads(captured.out)
+    assert summary["met_criterion"] is False
+    training = json.loads((out / "training.json").read_text())
+    assert training["met_criterion"] is False and training["history"]
+    assert training["config"]["epochs"] == 1 and training["config"]["batch_size"] == 64
+    assert not (tmp_path / ".case-33.checkpoint").exists()
+
+    from eval.circuit import Circuit
+    from zoo.entry import load_entry_dir
+
+    entry = load_entry_dir(out)  # verifies the manifest
+    circuit = Circuit.from_json(entry.circuit_json)
+    assert set(circuit.nodes) == {n for lls in entry.circuit_json["correspondence"].values() for n in lls}
+    assert entry.case_json["encoding"]["max_seq_len"] == entry.config["n_ctx"] - 1
+    validation = entry.validation
+    assert {r["node"] for r in validation["node_effects"]} >= set(circuit.nodes)
+
+    # the weights are TransformerLens-format: they load into HookedTransformer and agree with siit
+    import torch
+
+    from siit.transformer import Transformer
+
+    seqs = entry.case.sample(8, seed=3)
+    tokens, mask = entry.encoding.encode(seqs)
+    with torch.no_grad():
+        ours, _ = Transformer.from_state_dict(entry.config, entry.state_dict)(tokens, mask)
+        theirs = entry.model(tokens, attention_mask=mask)
+    assert torch.allclose(ours, theirs, atol=1e-4)
+
+    # zoo validate recomputes the same validation.json
+    assert main(["validate", "case", "33", "--out", str(out), "--root", str(tmp_path / "r"), "--json"]) == 0
+    again = json.loads((out / "validation.json").read_text())
+    assert again["node_effects"] == validation["node_effects"]

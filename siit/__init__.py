@@ -5,15 +5,34 @@ high-level node) -> `train` (IIT, strictness and behaviour losses on interchange
 Algorithm 1 or Appendix H of InterpBench) -> `validate_model` (per-node effects, ablations).
 The model (`Transformer`) is pure torch in TransformerLens's parameterisation, so training never
 imports transformer_lens and the saved state dict loads into a HookedTransformer.
+Names are imported on first use (PEP 562), so `import siit.config` - which the CLI does to show
+the real defaults in `zoo train --help` - does not import torch.
 """
 
-from siit.config import ArchConfig, ConfigError, TrainConfig
-from siit.correspondence import Correspondence, NodeLayout, low_level_config, make_correspondence
-from siit.interventions import ablation_values, interchange, node_activations
-from siit.metrics import Evaluator, meets_criterion
-from siit.trainer import TrainingInterrupted, TrainResult, prepare, train
-from siit.transformer import Patch, Transformer, init_weights
-from siit.validation import validate_model
+import importlib
+
+_EXPORTS = {
+    "ArchConfig": "siit.config",
+    "ConfigError": "siit.config",
+    "TrainConfig": "siit.config",
+    "Correspondence": "siit.correspondence",
+    "NodeLayout": "siit.correspondence",
+    "low_level_config": "siit.correspondence",
+    "make_correspondence": "siit.correspondence",
+    "ablation_values": "siit.interventions",
+    "interchange": "siit.interventions",
+    "node_activations": "siit.interventions",
+    "Evaluator": "siit.metrics",
+    "meets_criterion": "siit.metrics",
+    "TrainingInterrupted": "siit.trainer",
+    "TrainResult": "siit.trainer",
+    "prepare": "siit.trainer",
+    "train": "siit.trainer",
+    "Patch": "siit.transformer",
+    "Transformer": "siit.transformer",
+    "init_weights": "siit.transformer",
+    "validate_model": "siit.validation",
+}
 
 __all__ = [
     "ArchConfig",
@@ -37,3 +56,9 @@ __all__ = [
     "train",
     "validate_model",
 ]
+
+
+def __getattr__(name: str):
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(_EXPORTS[name]), name)
+    raise AttributeError(f"module 'siit' has no attribute {name!r}")

@@ -8,6 +8,7 @@ the verbs. Training never imports transformer_lens (~8 s): siit runs its own TL-
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import shutil
@@ -17,8 +18,10 @@ from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
+    from siit.config import TrainConfig  # stdlib-only module: the help shows the real defaults
     from zoo.cli import add_common
 
+    d = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     p = sub.add_parser(
         "train", help="train a low-level transformer on a case with SIIT, validate it, write the entry",
         description="Compile the case (cached), train a low-level transformer with Strict Interchange "
@@ -31,14 +34,14 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "per strictness sample); apph: Appendix H (one summed loss, each non-aligned node "
                    "ablated w.p. 0.5, betas (0.9, 0.9), linear lr decay). Default apph")
     p.add_argument("--strict-weight", type=float, default=None, metavar="W",
-                   help="Weight_SIIT (default 0.5; 0 trains plain IIT)")
+                   help=f"Weight_SIIT (default {d['strict_weight']}; 0 trains plain IIT)")
     p.add_argument("--natural", action="store_true",
                    help="behaviour loss only: a 'natural' model with the same architecture")
-    p.add_argument("--epochs", type=int, default=None, help="step budget in passes over the training set (default 40)")
-    p.add_argument("--seed", type=int, default=0, help="seed of data, correspondence, init and sampling (default 0)")
-    p.add_argument("--lr", type=float, default=None, help="initial Adam learning rate (default 3e-3; the paper 1e-3)")
-    p.add_argument("--batch-size", type=int, default=None, help="pairs per step (default 256; the paper 512)")
-    p.add_argument("--criterion", type=float, default=None, help="target for accuracy, IIA, SIIA (default 1.0)")
+    p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']})")
+    p.add_argument("--seed", type=int, default=0, help=f"seed of data, correspondence, init and sampling (default {d['seed']})")
+    p.add_argument("--lr", type=float, default=None, help=f"initial Adam learning rate (default {d['lr']:g}; the paper 1e-3)")
+    p.add_argument("--batch-size", type=int, default=None, help=f"pairs per step (default {d['batch_size']}; the paper 512)")
+    p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint of an interrupted run with the same options")

@@ -62,6 +62,8 @@ def validation_figures(validation: Mapping[str, Any] | None) -> dict[str, float]
     """
     numbers: dict[str, float] = {}
     for key, value in scalar_fields(validation).items():
+        if key.endswith("schema_version"):  # a format number, not a figure
+            continue
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             name = key.removeprefix("metrics.")
             if name == key or name not in numbers:

@@ -23,6 +23,7 @@ from zoo.benchmark import cell, scalar_fields, validation_figures
 LICENSE = "apache-2.0"
 TAGS = ["mechanistic-interpretability", "circuits", "ground-truth-circuit", "tracr", "rasp",
         "interpbench", "transformer-lens", "zoo"]
+COUNTS = frozenset({"n_sequences", "n_labelled_positions"})  # sizes, listed under zoo: but not as metrics
 METRIC_NAMES = {"accuracy": "Accuracy", "iia": "IIA (interchange intervention accuracy)",
                 "siia": "SIIA (strict interchange intervention accuracy)"}
 
@@ -124,7 +125,7 @@ def render_model_card(
                          "name": case.get("name") or name},
                 "dataset": {"type": "synthetic", "name": f"{name} held-out inputs (seeded sampler)"},
                 "metrics": [{"type": k, "value": float(v), "name": METRIC_NAMES.get(k, k)}
-                            for k, v in figures.items()],
+                            for k, v in figures.items() if k not in COUNTS],
             }],
         }]
     labels = circuit.get("labels", {}) or {}

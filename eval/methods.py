@@ -14,7 +14,6 @@ Methods are frozen `Method` records in `REGISTRY`; `get_method` also accepts
 from __future__ import annotations
 
 import dataclasses
-import importlib
 import inspect
 import json
 import math
@@ -189,17 +188,12 @@ def _circuits(raw: Any, graph: ComputationGraph, source: str) -> tuple[CircuitRu
 
 def load_function(spec: str) -> Callable[..., Any]:
     """The function named by `package.module:function`."""
-    module_name, _, func_name = spec.partition(":")
-    if not module_name or not func_name:
-        raise MethodError(f"method {spec!r}: expected package.module:function")
+    from rasp_programs.case import import_spec
+
     try:
-        module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise MethodError(f"method {spec!r}: cannot import {module_name!r} ({exc})") from None
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise MethodError(f"method {spec!r}: {module_name} has no function {func_name!r}")
-    return func
+        return import_spec(spec, "method")
+    except ValueError as exc:
+        raise MethodError(str(exc)) from None
 
 
 def get_method(key: str | Method, registry: Mapping[str, Method]) -> Method:

@@ -143,20 +143,32 @@ def get_case(case_id: str | int) -> Case:
     return getattr(importlib.import_module(module_name), func_name)()
 
 
-def _load_outside_case(spec: str) -> Case:
+def import_spec(spec: str, what: str) -> Any:
+    """The callable named by `package.module:function` (a researcher's case or method).
+
+    Raises ValueError with a one-line message that starts with `{what} {spec!r}:`.
+    """
     module_name, _, func_name = spec.partition(":")
     if not module_name or not func_name:
-        raise CaseError(f"case {spec!r}: expected package.module:function")
+        raise ValueError(f"{what} {spec!r}: expected package.module:function")
     try:
         module = importlib.import_module(module_name)
     except ImportError as exc:
-        raise CaseError(f"case {spec!r}: cannot import {module_name!r} ({exc})") from exc
-    factory = getattr(module, func_name, None)
-    if not callable(factory):
-        raise CaseError(f"case {spec!r}: {module_name} has no function {func_name!r}")
+        raise ValueError(f"{what} {spec!r}: cannot import {module_name!r} ({exc})") from None
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise ValueError(f"{what} {spec!r}: {module_name} has no function {func_name!r}")
+    return func
+
+
+def _load_outside_case(spec: str) -> Case:
+    try:
+        factory = import_spec(spec, "case")
+    except ValueError as exc:
+        raise CaseError(str(exc)) from None
     case = factory()
     if not isinstance(case, Case):
-        raise CaseError(f"case {spec!r}: {func_name}() returned {type(case).__name__}, not a Case")
+        raise CaseError(f"case {spec!r}: {spec.partition(':')[2]}() returned {type(case).__name__}, not a Case")
     if case.id != spec:
         case = dataclasses.replace(case, id=spec)
     return case

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any, Literal
 
 Scheme = Literal["alg1", "apph"]
-Pairing = Literal["source_not_shorter", "independent"]
+Pairing = Literal["auto", "source_not_shorter", "independent"]
 StrictSampling = Literal["one", "half", "mixed"]
 Schedule = Literal["constant", "linear"]
 ActFn = Literal["gelu", "relu"]
@@ -92,11 +92,15 @@ class TrainConfig:
     """Stop when accuracy, every node's IIA and every SIIA reach this on validation."""
     seed: int = 0
     """Seeds data, the correspondence, initial weights and every step's sampling."""
-    pairing: Pairing = "source_not_shorter"
-    """How a source is drawn for a base: "source_not_shorter" draws it uniformly among sequences at
-    least as long as the base, so every real base position receives a real source activation while
-    lengths still differ (length-like nodes are exercised); "independent" draws it uniformly (base
-    positions past the source's end then receive the source's PAD-position activations)."""
+    pairing: Pairing = "auto"
+    """How a source is drawn for a base. "source_not_shorter": uniformly among sequences at least
+    as long as the base, so every real base position receives a real source activation while
+    lengths still differ. "independent": uniformly; base positions past the source's end then
+    receive the source's PAD-position activations. "auto": source_not_shorter, unless a
+    high-level node never changes the high-level output under it on the training data (a node
+    that depends on positions only, e.g. case 26's Map(indices), takes the same value at the
+    same position of any two sequences); then independent, so that every labelled node is
+    exercised by IIT and has a measurable effect. The resolved choice is recorded."""
     init_output_scale: float = 0.1
     """Std multiplier of W_O and W_out at initialisation (1.0: plain 1/sqrt(fan_in)). Starting with
     components that barely write to the residual stream lets strictness converge in far fewer
@@ -107,8 +111,8 @@ class TrainConfig:
     def __post_init__(self) -> None:
         if self.scheme not in ("alg1", "apph"):
             raise ConfigError(f"scheme must be alg1 or apph, got {self.scheme!r}")
-        if self.pairing not in ("source_not_shorter", "independent"):
-            raise ConfigError(f"pairing must be source_not_shorter or independent, got {self.pairing!r}")
+        if self.pairing not in ("auto", "source_not_shorter", "independent"):
+            raise ConfigError(f"pairing must be auto, source_not_shorter or independent, got {self.pairing!r}")
         if not self.weight_decay >= 0:
             raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if not self.lr > 0:

@@ -72,6 +72,27 @@ def pair_sources(lengths: torch.Tensor, bases: torch.Tensor, pairing: Pairing,
     return order[pick.clamp(max=n - 1)]
 
 
+def resolve_pairing(pairing: Pairing, data: Dataset, high: Transformer, high_masks: torch.Tensor,
+                    task_kind: str, seed: int) -> Pairing:
+    """"auto" -> source_not_shorter if every high-level node changes the high-level output on some
+    training pair under it, else independent (see TrainConfig.pairing); other values unchanged."""
+    if pairing != "auto":
+        return pairing
+    from siit.interventions import interchange
+
+    n = len(data)
+    sources = pair_sources(data.lengths, torch.arange(n), "source_not_shorter", step_generator(seed, -2))
+    with torch.no_grad():
+        clean = targets_from_logits(high(data.tokens, data.mask)[0], task_kind)
+        for node_mask in high_masks:
+            patched = targets_from_logits(
+                interchange(high, data.tokens, data.mask, data.high_acts[:, sources], node_mask), task_kind)
+            changed = (patched != clean) if task_kind == "classification" else (patched - clean).abs() > 1e-6
+            if not changed[data.label_mask].any():
+                return "independent"
+    return "source_not_shorter"
+
+
 def step_generator(seed: int, step: int) -> torch.Generator:
     """The random stream of one training step: a function of (seed, step) only, so a resumed
     run draws exactly what an uninterrupted one would."""

@@ -28,7 +28,7 @@ import torch
 from siit.checkpoint import load_checkpoint, save_checkpoint
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence, low_level_config, make_correspondence
-from siit.data import Dataset, epoch_order, make_dataset, pair_sources, step_generator
+from siit.data import Dataset, epoch_order, make_dataset, pair_sources, resolve_pairing, step_generator
 from siit.interventions import interchange, node_activations
 from siit.losses import output_loss, targets_from_logits
 from siit.metrics import Evaluator, meets_criterion
@@ -77,6 +77,8 @@ class _Setup:
     low_masks: torch.Tensor
     non_aligned: torch.Tensor
     """bool [L, S]: the non-aligned low-level nodes."""
+    pairing: str
+    """The resolved TrainConfig.pairing ("auto" decided)."""
 
 
 def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> _Setup:
@@ -89,10 +91,11 @@ def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig())
         raise ConfigError(f"case {compiled.case.id}: the high-level graph has no nodes to align")
     train_set = make_dataset(compiled, high, config.n_train, seed=2 * config.seed + 1)
     val_set = make_dataset(compiled, high, config.n_val, seed=2 * config.seed + 2)
+    pairing = resolve_pairing(config.pairing, train_set, high, corr.high_masks(), task, config.seed)
     evaluator = Evaluator.build(val_set, high, corr, task_kind=task, tolerance=config.regression_tolerance,
-                                pairing=config.pairing, generator=step_generator(config.seed, -1))
+                                pairing=pairing, generator=step_generator(config.seed, -1))
     return _Setup(high, low_config, corr, train_set, evaluator, corr.high_masks(), corr.low_masks(),
-                  corr.low.mask(corr.non_aligned))
+                  corr.low.mask(corr.non_aligned), pairing)
 
 
 def train(
@@ -107,6 +110,7 @@ def train(
 ) -> TrainResult:
     """Train the low-level model for `compiled` until the criterion or the step budget."""
     s = prepare(compiled, config, arch)
+    config = dataclasses.replace(config, pairing=s.pairing)  # record the resolved choice
     model = Transformer(s.low_config)
     init_weights(model, torch.Generator().manual_seed(config.seed), output_scale=config.init_output_scale)
     optimizer = Adam(model.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
@@ -177,7 +181,7 @@ def _batch(s: _Setup, config: TrainConfig, step: int) -> tuple[torch.Tensor, tor
     order = epoch_order(config.seed, epoch, len(s.train_set))
     bases = order[within * config.batch_size : (within + 1) * config.batch_size]
     gen = step_generator(config.seed, step)
-    return bases, pair_sources(s.train_set.lengths, bases, config.pairing, gen), gen
+    return bases, pair_sources(s.train_set.lengths, bases, s.pairing, gen), gen
 
 
 def _step(model: Transformer, optimizer: Adam, s: _Setup, config: TrainConfig,

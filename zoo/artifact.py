@@ -18,12 +18,13 @@ pickle (or a torch zip archive) under any name is rejected unread; then it check
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import re
 import shutil
 import tempfile
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -127,9 +128,7 @@ def write_entry(
     unknown = set(json_files) - ALLOWED_FILES
     if unknown:
         raise ArtifactError(f"entry {dest.name}: unexpected files {sorted(unknown)}")
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp.", dir=dest.parent))
-    try:
+    with _staged(dest) as tmp:
         tensors = {k: v.detach().contiguous().cpu() for k, v in state_dict.items()}
         save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": FORMAT})
         for name, data in json_files.items():
@@ -137,10 +136,6 @@ def write_entry(
         (tmp / "README.md").write_text(readme)
         files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
         (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "files": files}, indent=1) + "\n")
-        _swap_into_place(tmp, dest)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
     return dest
 
 
@@ -151,17 +146,25 @@ def install_entry(src: Path, dest: Path) -> Path:
     or the complete new one, never a mixture; symlinks (the HF cache uses them) are followed.
     """
     files = verify_entry(src)
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp.", dir=dest.parent))
-    try:
+    with _staged(dest) as tmp:
         for name in [*files, MANIFEST]:
             shutil.copyfile(src / name, tmp / name)
         verify_entry(tmp, name=dest.name)
+    return dest
+
+
+@contextlib.contextmanager
+def _staged(dest: Path) -> Iterator[Path]:
+    """A temporary sibling of `dest` to fill; renamed to `dest` if the block succeeds, removed if
+    it raises (Ctrl-C included), so `dest` is always the old entry or the complete new one."""
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp.", dir=dest.parent))
+    try:
+        yield tmp
         _swap_into_place(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-    return dest
 
 
 def _swap_into_place(tmp: Path, dest: Path) -> None:

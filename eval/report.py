@@ -4,9 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import sys
 from collections.abc import Mapping
-from importlib import metadata
 from typing import Any, Literal
 
 from eval.faithfulness import CausalBench, MibCurve
@@ -94,13 +92,9 @@ class EvalReport:
 
 
 def versions() -> dict[str, str]:
-    out = {"python": sys.version.split()[0]}
-    for dist in ("zoo", "torch", "transformer-lens", "numpy", "scipy"):
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    from rasp_programs.provenance import package_versions
+
+    return package_versions(("zoo", "torch", "transformer-lens", "numpy", "scipy"))
 
 
 def _clean(value: Any) -> Any:

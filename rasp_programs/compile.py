@@ -16,7 +16,6 @@ import json
 import os
 import tempfile
 import time
-from importlib import metadata as importlib_metadata
 from pathlib import Path
 from typing import Any
 
@@ -27,6 +26,7 @@ from rasp_programs.case import BOS, PAD, Case, InputSeq, Value
 from rasp_programs.convert import assembled_to_hooked, build_hooked
 from rasp_programs.encoding import Encoding
 from rasp_programs.graph import high_level_graph
+from rasp_programs.provenance import package_versions
 
 CACHE_FORMAT = "zoo-compiled/1"
 
@@ -221,18 +221,11 @@ def case_fingerprint(case: Case) -> str:
             "structure": structure,
             "probe": [[repr(v) for v in s] for s in probe],
             "outputs": outputs,
-            "tracr": _version("tracr-pypi"),
+            "tracr": package_versions(["tracr-pypi"])["tracr-pypi"],
         },
         sort_keys=True, default=repr,
     )
     return hashlib.sha256(payload.encode()).hexdigest()
-
-
-def _version(dist: str) -> str:
-    try:
-        return importlib_metadata.version(dist)
-    except importlib_metadata.PackageNotFoundError:
-        return "unknown"
 
 
 def _enable_jax_cache(path: Path) -> None:

@@ -7,6 +7,7 @@ which equals the RASP program (tested in rasp_programs). Pairs are redrawn every
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
 import torch
@@ -72,25 +73,32 @@ def pair_sources(lengths: torch.Tensor, bases: torch.Tensor, pairing: Pairing,
     return order[pick.clamp(max=n - 1)]
 
 
-def resolve_pairing(pairing: Pairing, data: Dataset, high: Transformer, high_masks: torch.Tensor,
-                    task_kind: str, seed: int) -> Pairing:
-    """"auto" -> source_not_shorter if every high-level node changes the high-level output on some
-    training pair under it, else independent (see TrainConfig.pairing); other values unchanged."""
-    if pairing != "auto":
-        return pairing
+def inert_high_nodes(data: Dataset, high: Transformer, high_masks: torch.Tensor, names: Sequence[str],
+                     sources: torch.Tensor, task_kind: str) -> list[str]:
+    """High-level nodes whose interchange from `sources` never changes the high-level output."""
     from siit.interventions import interchange
 
-    n = len(data)
-    sources = pair_sources(data.lengths, torch.arange(n), "source_not_shorter", step_generator(seed, -2))
+    inert = []
     with torch.no_grad():
         clean = targets_from_logits(high(data.tokens, data.mask)[0], task_kind)
-        for node_mask in high_masks:
+        for name, node_mask in zip(names, high_masks):
             patched = targets_from_logits(
                 interchange(high, data.tokens, data.mask, data.high_acts[:, sources], node_mask), task_kind)
             changed = (patched != clean) if task_kind == "classification" else (patched - clean).abs() > 1e-6
             if not changed[data.label_mask].any():
-                return "independent"
-    return "source_not_shorter"
+                inert.append(name)
+    return inert
+
+
+def resolve_pairing(pairing: Pairing, data: Dataset, high: Transformer, high_masks: torch.Tensor,
+                    names: Sequence[str], task_kind: str, seed: int) -> Pairing:
+    """"auto" -> source_not_shorter if every high-level node changes the high-level output on some
+    training pair under it, else independent (see TrainConfig.pairing); other values unchanged."""
+    if pairing != "auto":
+        return pairing
+    sources = pair_sources(data.lengths, torch.arange(len(data)), "source_not_shorter", step_generator(seed, -2))
+    inert = inert_high_nodes(data, high, high_masks, names, sources, task_kind)
+    return "independent" if inert else "source_not_shorter"
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:

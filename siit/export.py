@@ -3,10 +3,9 @@ validation), and an existing entry's files -> the objects needed to validate it 
 
 from __future__ import annotations
 
-import platform
-from importlib import metadata
 from typing import Any
 
+from rasp_programs.provenance import package_versions as _package_versions
 from siit.config import ArchConfig, TrainConfig
 from siit.correspondence import Correspondence, NodeLayout
 from siit.trainer import TrainResult
@@ -15,13 +14,7 @@ _PACKAGES = ("zoo", "torch", "numpy", "safetensors", "tracr-pypi", "transformer-
 
 
 def package_versions() -> dict[str, str]:
-    out = {"python": platform.python_version()}
-    for dist in _PACKAGES:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            out[dist] = "not installed"
-    return out
+    return _package_versions(_PACKAGES)
 
 
 def circuit_json(compiled: Any, corr: Correspondence) -> dict[str, Any]:

@@ -91,7 +91,7 @@ def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig())
         raise ConfigError(f"case {compiled.case.id}: the high-level graph has no nodes to align")
     train_set = make_dataset(compiled, high, config.n_train, seed=2 * config.seed + 1)
     val_set = make_dataset(compiled, high, config.n_val, seed=2 * config.seed + 2)
-    pairing = resolve_pairing(config.pairing, train_set, high, corr.high_masks(), task, config.seed)
+    pairing = resolve_pairing(config.pairing, train_set, high, corr.high_masks(), corr.high_nodes, task, config.seed)
     evaluator = Evaluator.build(val_set, high, corr, task_kind=task, tolerance=config.regression_tolerance,
                                 pairing=pairing, generator=step_generator(config.seed, -1))
     return _Setup(high, low_config, corr, train_set, evaluator, corr.high_masks(), corr.low_masks(),

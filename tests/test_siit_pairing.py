@@ -9,24 +9,14 @@ import torch
 
 from rasp_programs.case import builtin_case_ids
 from siit.config import TrainConfig
-from siit.data import pair_sources, step_generator
-from siit.interventions import interchange
-from siit.losses import targets_from_logits
+from siit.data import inert_high_nodes, pair_sources, step_generator
 from siit.trainer import prepare
 
 
 def _nodes_never_changing_output(s, task: str, pairing: str) -> list[str]:
     d = s.train_set
     sources = pair_sources(d.lengths, torch.arange(len(d)), pairing, step_generator(0, -3))
-    inert = []
-    with torch.no_grad():
-        clean = targets_from_logits(s.high(d.tokens, d.mask)[0], task)
-        for name, node_mask in zip(s.corr.high_nodes, s.high_masks):
-            out = targets_from_logits(interchange(s.high, d.tokens, d.mask, d.high_acts[:, sources], node_mask), task)
-            changed = (out != clean) if task == "classification" else (out - clean).abs() > 1e-6
-            if not changed[d.label_mask].any():
-                inert.append(name)
-    return inert
+    return inert_high_nodes(d, s.high, s.high_masks, s.corr.high_nodes, sources, task)
 
 
 @pytest.mark.parametrize("case_id", builtin_case_ids())

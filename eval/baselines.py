@@ -11,11 +11,8 @@ import types
 from typing import Any
 
 import numpy as np
-import torch
 
-from eval.ablation import (AblationContext, behaviour, behaviour_tensor, make_context, run_nodes_ablated,
-                           source_hook)
-from eval.circuit import parse_node
+from eval.ablation import AblationContext, behaviour, behaviour_tensor, make_context, run_nodes_ablated
 from eval.faithfulness import greedy_path, node_behaviour
 from eval.graph import ComputationGraph
 from eval.methods import Method, MethodOutput
@@ -46,25 +43,12 @@ def gradient_attribution(model: Any, task: TaskData, *, graph: ComputationGraph,
     ablation this is exactly activation × gradient. It is the first-order estimate of patching.
     """
     ctx = make_context(model, task, graph, ablation)  # type: ignore[arg-type]
-    acts: dict[str, torch.Tensor] = {}
-
-    def keep(act: torch.Tensor, hook: Any) -> torch.Tensor:
-        act.retain_grad()
-        acts[hook.name] = act
-        return act
-
-    names = {source_hook(c) for c in graph.components}
-    with torch.enable_grad():
-        logits = model.run_with_hooks(task.tokens, attention_mask=task.mask,
-                                      fwd_hooks=[(n, keep) for n in names])
-        behaviour_tensor(task, logits).backward()
+    run = ctx.adapter.run(task.tokens, task.mask, read_outputs=graph.components, grad=True)
+    behaviour_tensor(task, run.logits).backward()
     scores = {}
     for c in graph.components:
-        name = source_hook(c)
-        diff = (acts[name] - ctx.reference[name]) * acts[name].grad
-        if parse_node(c).kind == "head":
-            diff = diff[:, :, parse_node(c).head]
-        scores[c] = float(diff.detach().sum())
+        act = run.outputs[c]
+        scores[c] = float(((act - ctx.reference[c]) * act.grad).detach().sum())
     model.zero_grad(set_to_none=True)
     return MethodOutput(node_scores=scores)
 

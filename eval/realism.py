@@ -15,6 +15,8 @@ Pure torch; imports no other package of the project but eval's own metrics.
 from __future__ import annotations
 
 import dataclasses
+import math
+import statistics
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -25,10 +27,12 @@ from eval.metrics import roc
 
 HEURISTICS = ("output_norm", "output_variance", "weight_norm")
 """The heuristics the realism targets bound (node AUROC separation <= 0.75)."""
-EXTRA_HEURISTICS = ("output_weight_norm", "logit_variance")
-"""Reported too: the norm of the weights that write into the residual stream, and the variance of
-the node's direct contribution to the logits (direct logit attribution; a known tell: strictness
-forbids input-dependent writes onto the task logits by out-of-circuit nodes)."""
+EXTRA_HEURISTICS = ("output_weight_norm", "logit_variance", "variance_centrality")
+"""Reported too: the norm of the weights that write into the residual stream; the variance of the
+node's direct contribution to the logits (direct logit attribution; a known tell: strictness
+forbids input-dependent writes onto the task logits by out-of-circuit nodes); and how close a
+node's output variance is to the median node's (a known tell of the bound itself: a circuit that
+every size heuristic must rank mid-pack sits nearer the middle than a random node)."""
 
 
 def node_weights(state_dict: Mapping[str, torch.Tensor], n_layers: int, n_heads: int) -> dict[str, list[torch.Tensor]]:
@@ -107,9 +111,13 @@ def heuristic_aurocs(rows: list[NodeStats]) -> dict[str, dict[str, float]]:
     """Per heuristic: node AUROC (larger value = more likely in the circuit) and its separation
     max(AUROC, 1 - AUROC). NaN when the circuit is empty or the whole model."""
     truth = {r.node for r in rows if r.in_circuit}
+    log_var = {r.node: math.log(max(r.output_variance, 1e-12)) for r in rows}
+    middle = statistics.median(log_var.values())
+    centrality = {n: -abs(v - middle) for n, v in log_var.items()}
     out = {}
     for name in HEURISTICS + EXTRA_HEURISTICS:
-        auroc = roc({r.node: getattr(r, name) for r in rows}, truth).auroc
+        values = centrality if name == "variance_centrality" else {r.node: getattr(r, name) for r in rows}
+        auroc = roc(values, truth).auroc
         out[name] = {"auroc": auroc, "separation": max(auroc, 1.0 - auroc)}
     return out
 

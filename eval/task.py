@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from eval.circuit import TaskKind
+from eval.hooks import forward
 
 COUNTERFACTUAL_SEED_OFFSET = 1_000_003
 """Counterfactuals are sampled with seed + this, so they never coincide with the clean draw."""
@@ -48,8 +49,7 @@ class TaskData:
 
 def reference_outputs(model: Any, tokens: torch.Tensor, mask: torch.Tensor, task_kind: TaskKind) -> torch.Tensor:
     """Labels from a reference model: argmax class ids, or the regression value."""
-    with torch.no_grad():
-        logits = model(tokens, attention_mask=mask)
+    logits = forward(model, tokens, mask)  # masks read as TL 3.x does, whichever major is installed
     return logits.argmax(-1) if task_kind == "classification" else logits[..., 0].float()
 
 

@@ -150,7 +150,13 @@ def _load_outside_case(spec: str) -> Case:
         factory = import_spec(spec, "case")
     except ValueError as exc:
         raise CaseError(str(exc)) from None
-    case = factory()
+    try:
+        case = factory()
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:  # SystemExit included: a factory must not end the command silently
+        raise CaseError(f"case {spec!r}: {spec.partition(':')[2]}() raised {type(exc).__name__}"
+                        f"{': ' + str(exc).splitlines()[0][:120] if str(exc) else ''}") from None
     if not isinstance(case, Case):
         raise CaseError(f"case {spec!r}: {spec.partition(':')[2]}() returned {type(case).__name__}, not a Case")
     if case.id != spec:

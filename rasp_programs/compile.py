@@ -40,7 +40,8 @@ class CompileError(RuntimeError):
 class CompiledCase:
     """A case with its Tracr-compiled model (TransformerLens weights) and high-level graph.
 
-    `model` builds the HookedTransformer on first use: importing TransformerLens takes ~8 s, so
+    `model` builds the TransformerLens model on first use (eval.tlens.build_hooked: a
+    HookedTransformer on 3.x, a TransformerBridge on 4.x): importing TransformerLens takes ~8 s, so
     code that only needs the weights (training, the graph) uses `state_dict` and `config`.
     """
 
@@ -59,7 +60,7 @@ class CompiledCase:
 
     @functools.cached_property
     def model(self) -> Any:
-        """The compiled model as a transformer_lens.HookedTransformer (built on first use)."""
+        """The compiled model in the installed TransformerLens (built on first use)."""
         return build_hooked(self.config, self.state_dict)
 
     def run(self, seqs: list[InputSeq]) -> list[list[Value]]:

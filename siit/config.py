@@ -83,8 +83,9 @@ class TrainConfig:
     """Decoupled (AdamW) weight decay; 0 is the paper's plain Adam."""
     batch_size: int = 128
     """Base/source pairs per step (the paper: 512)."""
-    epochs: int = 100
-    """Step budget in passes over the training set; training stops earlier at criterion."""
+    epochs: int = 250
+    """Step budget in passes over the training set; training stops earlier at criterion. With
+    distractors the slowest main case (11) needs ~2400 steps (150 epochs of 16 steps)."""
     n_train: int = 2048
     """Training sequences, drawn once from the case's sampler (pairs are redrawn every step)."""
     n_val: int = 512
@@ -117,9 +118,11 @@ class TrainConfig:
     strictness is trained (strict_weight > 0), off for IIT-only and natural models."""
     distractor_weight: float = 1.0
     """Weight of the distractor loss (mean over nodes of MSE / target variance)."""
-    distractor_spread: float = 3.0
+    distractor_spread: float = 2.2
     """Each busy node's target variance (and squared offset) is the circuit nodes' running median
-    times a factor stratified over [1/spread, spread]: circuit nodes sit mid-pack in loudness."""
+    times a factor stratified over a span of spread² with the median at a quantile q drawn from
+    siit.distractors.CIRCUIT_BAND (<= 0.7): the smallest factor, spread^(-2q) >= 0.33, keeps every
+    busy node's variance above a quarter of the circuit's."""
     distractor_r2: float = 0.9
     """Training also needs every distractor's R² on validation data >= this before it stops."""
     circuit_norm_ceiling: float = 2.5
@@ -183,6 +186,8 @@ class TrainConfig:
         if self.betas is None:
             object.__setattr__(self, "betas", (0.9, 0.9) if self.scheme == "apph" else (0.9, 0.999))
         object.__setattr__(self, "betas", tuple(float(b) for b in self.betas))
+        if len(self.betas) != 2 or not all(math.isfinite(b) and 0 <= b < 1 for b in self.betas):
+            raise ConfigError(f"betas must be two finite numbers in [0, 1), got {self.betas}")
 
     @property
     def steps_per_epoch(self) -> int:

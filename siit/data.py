@@ -7,6 +7,7 @@ which equals the RASP program (tested in rasp_programs). Pairs are redrawn every
 from __future__ import annotations
 
 import dataclasses
+import zlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -144,6 +145,13 @@ def resolve_pairing(pairing: Pairing, data: Dataset, high: Transformer, high_mas
     sources = pair_sources(data.lengths, torch.arange(len(data)), "source_not_shorter", step_generator(seed, -2))
     inert = inert_high_nodes(data, high, high_masks, names, sources, task_kind)
     return "independent" if inert else "source_not_shorter"
+
+
+def case_seed(seed: int, case_id: str) -> int:
+    """The seed of the choices that must not repeat from case to case (which low-level heads form
+    the circuit, which node gets which distractor, head rescale draws): with one seed for the whole
+    zoo they would otherwise fall on the same heads in every entry, a pattern a method could learn."""
+    return (seed * 1_000_003 + zlib.crc32(str(case_id).encode())) % (2**31 - 1)
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:

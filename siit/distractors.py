@@ -8,9 +8,9 @@ output must encode along a learned unit direction (a linear probe trained with t
 copy a token feature from 1 or 2 positions back or average it over the input; MLPs compute a
 nonlinear function of the token and its position. How loud each busy node is follows the circuit:
 a running estimate of the circuit nodes' output variance and squared mean (the reference) times
-per-node factors stratified over [1/3, 3] (one for the variance, one for a constant offset), so that
-the circuit nodes sit in the middle of the loudness ranking rather than at either end, whatever the
-task makes them. Circuit nodes also get a ceiling on their rms output norm: without it SIIT makes
+per-node factors stratified over a span of spread² (one for the variance, one for a constant offset)
+with the reference at a quantile drawn from CIRCUIT_BAND, so that the circuit nodes rank mid-pack in
+loudness rather than at either end, whatever the task makes them. Circuit nodes also get a ceiling on their rms output norm: without it SIIT makes
 them ever louder (REFERENCE.md, realism prototype).
 The distractors live in training only; the entry records what each node was given to compute.
 """
@@ -55,13 +55,20 @@ class Distractor:
                 "variance_factor": round(self.variance_factor, 6), "offset_factor": round(self.offset_factor, 6)}
 
 
-def stratified(n: int, spread: float, rng: np.random.Generator) -> np.ndarray:
-    """n factors log-evenly spaced over [1/spread, spread] (jittered within their strata), shuffled:
-    the reference sits in the middle of any set of them."""
+def stratified(n: int, spread: float, rng: np.random.Generator, quantile: float = 0.5) -> np.ndarray:
+    """n factors, log-evenly spaced (jittered within their strata) and shuffled, such that a fraction
+    `quantile` of them lies below 1 and the span is spread² wide: the reference value 1 sits at that
+    quantile of any set of them (0.5: the middle of [1/spread, spread])."""
     if n == 0:
         return np.zeros(0)
     u = (np.arange(n) + rng.uniform(0.0, 1.0, n)) / n
-    return np.exp((2.0 * u - 1.0) * np.log(spread))[rng.permutation(n)]
+    return np.exp((2.0 * u - 2.0 * quantile) * np.log(spread))[rng.permutation(n)]
+
+
+CIRCUIT_BAND = (0.3, 0.7)
+"""Where the circuit's reference sits among the busy nodes, as a quantile drawn per model: inside
+the band every size heuristic ranks the circuit mid-pack (the realism bound), and where in the band
+is random, so a circuit is not simply the median node."""
 
 
 def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: bool,
@@ -69,7 +76,8 @@ def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: 
     """One distractor per node, drawn reproducibly from `seed`."""
     rng = np.random.default_rng([seed, 0x5EED])
     head_kinds = [("previous_token", 1), ("previous_token", 2), ("running_mean" if causal else "input_mean", 0)]
-    variance, offset2 = stratified(len(nodes), spread, rng), stratified(len(nodes), spread, rng)
+    variance = stratified(len(nodes), spread, rng, rng.uniform(*CIRCUIT_BAND))
+    offset2 = stratified(len(nodes), spread, rng, rng.uniform(*CIRCUIT_BAND))
     out = []
     for i, node in enumerate(nodes):
         if node.startswith("m"):

@@ -1,14 +1,18 @@
 """A compiled case + TrainConfig -> a low-level transformer trained with (S)IIT to criterion.
 
-`train` reads like the pipeline: architecture and correspondence, data, model and optimiser,
-(resume), steps with periodic validation and checkpoints until the criterion or the step budget.
+`train` reads like the pipeline: architecture, correspondence, data and distractor tasks
+(`prepare`), model and optimiser, (resume), steps with periodic validation and checkpoints until
+the criterion or the step budget, then the function-preserving head rescale and a last validation
+in every input shape.
 
 Vectorisation (both schemes): every row of a batch samples its own high-level node for IIT and
 its own non-aligned nodes for strictness, so a step needs no per-node Python loop. That is the
-paper's per-batch sampling done per example: the same loss in expectation, lower variance.
-- "apph" (Appendix H): one source run (no gradient), one base run of 3 x batch rows (IIT patch,
-  strictness patch with every non-aligned node ablated w.p. 0.5, no patch), one backward of
-  w_iit * L_iit + w_siit * L_siit + w_beh * L_behaviour.
+paper's per-batch sampling done per example: the same loss in expectation, lower variance. Every
+row also takes its own input shape (padded, unpadded, partly padded) under bidirectional attention.
+- "apph" (Appendix H): one source run, one base run of 3 x batch rows (IIT patch, strictness patch
+  with every non-aligned node ablated w.p. 0.5, no patch), one backward of w_iit * L_iit +
+  w_siit * L_siit + w_beh * L_behaviour + the realism losses of the source run (distractors of
+  the out-of-circuit nodes, norm ceiling of the circuit nodes; siit.distractors).
 - "alg1" (Algorithm 1): three optimiser steps per batch (IIT, then strictness with one
   non-aligned node per row, then behaviour), each on fresh activations of the current weights.
 """
@@ -29,7 +33,7 @@ from torch import nn
 from siit.checkpoint import load_checkpoint, save_checkpoint
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence, low_level_config, make_correspondence
-from siit.data import (SHAPES, Dataset, epoch_order, make_dataset, pair_sources, present_mask, random_pads_kept,
+from siit.data import (SHAPES, Dataset, case_seed, epoch_order, make_dataset, pair_sources, present_mask, random_pads_kept,
                        resolve_pairing, step_generator, with_shapes)
 from siit.distractors import (DistractorTargets, distractor_loss, loudness, make_distractors, norm_ceiling_loss,
                               r_squared, readout)
@@ -77,6 +81,8 @@ class TrainResult:
     """What each out-of-circuit node was trained to compute, with its final R² (empty if off)."""
     head_scales: dict[str, list[float]]
     """Per head, the (Q/K, V/O) factors of the function-preserving rescale (empty if off)."""
+    case_seed: int
+    """Seed of the correspondence, the distractors and the rescale (siit.data.case_seed)."""
 
 
 @dataclasses.dataclass
@@ -101,6 +107,8 @@ class _Setup:
     """The distractor tasks of the out-of-circuit nodes, or None."""
     circuit_slots: torch.Tensor
     """long [C, 2]: (layer, slot) of every circuit node (for the norm ceiling)."""
+    case_seed: int
+    """Seed of the per-case choices (siit.data.case_seed): correspondence, distractors, rescale."""
 
 
 class _Trainee(nn.Module):
@@ -127,7 +135,8 @@ def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig())
     task = compiled.case.task_kind
     high = Transformer.from_state_dict(compiled.config, compiled.state_dict)
     low_config = low_level_config(compiled.config, arch)
-    corr = make_correspondence(compiled.graph, compiled.config, low_config, config.seed)
+    per_case = case_seed(config.seed, compiled.case.id)
+    corr = make_correspondence(compiled.graph, compiled.config, low_config, per_case)
     if not corr.high_nodes:
         raise ConfigError(f"case {compiled.case.id}: the high-level graph has no nodes to align")
     train_set = make_dataset(compiled, high, config.n_train, seed=2 * config.seed + 1)
@@ -143,13 +152,13 @@ def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig())
     targets = None
     if config.distractors and corr.non_aligned:
         spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
-                                causal=causal, seed=config.seed, spread=config.distractor_spread)
+                                causal=causal, seed=per_case, spread=config.distractor_spread)
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
                                         train_set.tokens, train_set.mask, train_set.label_mask)
     circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long).reshape(-1, 2)
     return _Setup(high, low_config, corr, train_set, evaluator, corr.high_masks(), corr.low_masks(),
                   corr.low.mask(corr.non_aligned), pairing, final, config.input_shapes and not causal,
-                  targets, circuit_slots)
+                  targets, circuit_slots, per_case)
 
 
 def train(
@@ -214,7 +223,7 @@ def train(
                 raise TrainingInterrupted(f"training interrupted at step {step}")
     head_scales: dict[str, list[float]] = {}
     if config.rescale_heads:
-        head_scales = rescale_heads(model, s.corr.low, seed=config.seed)
+        head_scales = rescale_heads(model, s.corr.low, seed=s.case_seed, circuit=s.corr.aligned)
     # the final numbers are those of the model as written, in every input shape
     metrics = _evaluate(trainee, s.final_evaluator, s.targets)
     met = met and meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
@@ -226,7 +235,7 @@ def train(
         seconds=seconds + time.perf_counter() - start, resumed_from_step=resumed_from,
         evaluator=s.final_evaluator, train_val_overlap=sum(q in train_seqs for q in val) / len(val),
         distractors=[dict(d.to_json(), r2=r2.get(d.node)) for d in (s.targets.distractors if s.targets else ())],
-        head_scales=head_scales,
+        head_scales=head_scales, case_seed=s.case_seed,
     )
 
 

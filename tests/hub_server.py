@@ -12,6 +12,9 @@ test gets a fresh Hub. Routes (see shared REFERENCE.md):
     HEAD/GET /{id}/resolve/{rev}/{path}
 
 Every request is recorded in `server.requests` as (method, path) so tests can assert on traffic.
+A test can make the server lie like a hostile Hub: `info_sha` replaces the commit id that
+repository info answers, `resolve_headers` replaces headers of download answers (X-Repo-Commit,
+ETag).
 """
 
 from __future__ import annotations
@@ -63,6 +66,8 @@ class HubServer:
     def __init__(self) -> None:
         self.repos: dict[str, Repo] = {}
         self.requests: list[tuple[str, str]] = []
+        self.info_sha: str | None = None
+        self.resolve_headers: dict[str, str] = {}
         self.lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -80,7 +85,8 @@ class HubServer:
         self._httpd.daemon_threads = True
         host, port = self._httpd.server_address[:2]
         self.endpoint = f"http://{host}:{port}"
-        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        # a short poll interval: stop() returns within 50 ms instead of 500 ms
+        self._thread = threading.Thread(target=self._httpd.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True)
         self._thread.start()
         return self
 
@@ -124,6 +130,14 @@ class HubServer:
             files = dict(repo.head.files)
             files[path] = data
             return self._commit(repo, files, f"plant {path}")
+
+    def put_files(self, repo_id: str, files: dict[str, bytes]) -> str:
+        """Commit several files at once, creating the repository if needed (a hostile publisher's
+        hand-made repository: no client-side checks)."""
+        self.create_repo(repo_id)
+        with self.lock:
+            repo = self.repos[repo_id]
+            return self._commit(repo, {**repo.head.files, **files}, "plant files")
 
     def _commit(self, repo: Repo, files: dict[str, bytes], message: str) -> str:
         digest = hashlib.sha1(repo.head.oid.encode())
@@ -295,7 +309,8 @@ class _Handler(BaseHTTPRequestHandler):
         repo = self._repo(repo_id)
         if repo is None or (commit := self._commit_at(repo, rev)) is None:
             return
-        self._json(200, {"id": repo_id, "modelId": repo_id, "sha": commit.oid, "private": False,
+        sha = self.hub.info_sha if self.hub.info_sha is not None else commit.oid
+        self._json(200, {"id": repo_id, "modelId": repo_id, "sha": sha, "private": False,
                          "siblings": [{"rfilename": p} for p in sorted(commit.files)],
                          "lastModified": "2025-01-01T00:00:00.000Z", "tags": [], "library_name": None})
 
@@ -327,7 +342,7 @@ class _Handler(BaseHTTPRequestHandler):
         data = commit.files.get(path)
         if data is None:
             return self._error(404, "EntryNotFound", f"{path} does not exist on {rev}", head=head)
-        headers = {"X-Repo-Commit": commit.oid, "ETag": f'"{git_blob_oid(data)}"'}
+        headers = {"X-Repo-Commit": commit.oid, "ETag": f'"{git_blob_oid(data)}"', **self.hub.resolve_headers}
         self._send(200, data, headers, head=head, content_type="application/octet-stream")
 
 
@@ -355,6 +370,18 @@ def build_entry(compiled, entries_dir, *, accuracy: float = 1.0):
                        json_files={"config.json": compiled.config, "circuit.json": circuit, "case.json": case,
                                    "training.json": training, "validation.json": validation},
                        readme=readme)
+
+
+def seed_compile_cache(root, compile_cache, case_ids) -> None:
+    """Copy cases already compiled by the `compiled` fixture into a zoo root's compile cache: `zoo
+    pull` compiles an entry's case to check its model, and a cold Tracr compile costs seconds."""
+    import shutil
+    from pathlib import Path
+
+    for case_id in case_ids:
+        src, dst = Path(compile_cache) / f"case-{case_id}", Path(root) / "compiled" / f"case-{case_id}"
+        if src.is_dir() and not dst.exists():
+            shutil.copytree(src, dst)
 
 
 def _loopback_only(connect):

@@ -102,3 +102,82 @@ def hub_and_entry(compiled, monkeypatch, tmp_path: Path):
         assert any("/resolve/" in path for _, path in server.requests)  # the snippet used the Hub
     finally:
         server.stop()
+
+
+def _schema_2_validation() -> dict:
+    """validation.json as siit.validation writes it since schema 2: per-shape effects nested in every
+    node row, and a realism section."""
+    shapes = ("padded", "unpadded", "partly_padded")
+    rows = [{"node": n, "in_circuit": n == "m0", "resample": 0.5 if n == "m0" else 0.0, "mean": 0.0, "zero": 0.01,
+             "inert": False, "by_shape": {s: {"resample": 0.0, "mean": 0.0, "zero": 0.01} for s in shapes}}
+            for n in ("a0.h0", "m0", "m1")]
+    heuristics = {"output_norm": 0.6, "output_variance": 0.55, "weight_norm": 0.7, "logit_variance": 1.0}
+    return {
+        "schema_version": 2, "input_shapes": list(shapes),
+        "metrics": {"accuracy": 1.0, "iia": 1.0, "siia": 1.0},
+        "node_effects": rows,
+        "max_out_of_circuit_effect": {"resample": 0.0, "mean": 0.0, "zero": 0.01},
+        "max_out_of_circuit_effect_by_shape": {s: {"resample": 0.0, "mean": 0.0, "zero": 0.01 * i}
+                                               for i, s in enumerate(shapes)},
+        "realism": {
+            "heuristics": {k: {"auroc": v, "separation": v} for k, v in heuristics.items()},
+            "bounded_heuristics": ["output_norm", "output_variance", "weight_norm"],
+            "max_separation": 0.7, "variance_floor_ratio": 0.42,
+            "nodes": [{"node": n, "in_circuit": n == "m0", "output_norm": 2.0, "output_variance": 3.0,
+                       "weight_norm": 8.0, "output_weight_norm": 2.0, "logit_variance": 0.1}
+                      for n in ("a0.h0", "m0", "m1")],
+        },
+    }
+
+
+def _schema_2_training() -> dict:
+    return {"schema_version": 1, "config": {"seed": 0}, "realism": {
+        "distractors": [{"node": "a0.h0", "kind": "previous_token", "offset": 2, "variance_factor": 1.0,
+                         "offset_factor": 1.0, "r2": 0.97},
+                        {"node": "m1", "kind": "token_position", "offset": 0, "variance_factor": 1.0,
+                         "offset_factor": 1.0, "r2": 0.93}],
+        "head_rescale": {"a0.h0": [2.0, 0.5]}, "notes": "..."}}
+
+
+def test_model_card_renders_schema_2_validation_with_realism(compiled) -> None:
+    from zoo.card import render_model_card
+
+    c = compiled("33")
+    case = {**c.case.metadata(), "encoding": c.encoding.to_json()}
+    card = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(), case=case,
+                             training=_schema_2_training(), validation=_schema_2_validation())
+    meta = front_matter(card)
+    assert meta["zoo"]["validation"]["accuracy"] == 1.0
+    assert "$" not in card.replace("$ZOO_HOME", "").replace("$ZOO_REPO_ID", "")
+    # nested per-shape effects do not break the node table, and get a table of their own
+    assert "| node | in_circuit | resample | mean | zero | inert |" in card
+    assert "| a0.h0 | False | 0.000 | 0.000 | 0.010 | False |" in card
+    assert "| input shape | resample | mean | zero |" in card and "| partly_padded | 0.000 | 0.000 | 0.020 |" in card
+    realism = card[card.index("## Realism"):card.index("## Training")]
+    assert "| weight_norm | 0.700 | 0.700 | yes |" in realism
+    assert "| logit_variance | 1.000 | 1.000 | no (reported) |" in realism
+    assert "Variance floor ratio" in realism and "0.420" in realism
+    assert "| `a0.h0` | False | 2.000 | 3.000 | 8.000 | a random feature of the token 2 position(s) back | 0.970 |" in realism
+    assert "| `m0` | True |" in realism and "the task (circuit)" in realism
+    assert "position code" in realism and "rescaled" in realism
+    assert "What this means for you" in realism and "Direct logit attribution" in realism
+    assert "beyond the 0.75 target" not in realism  # every bounded heuristic is within it here
+
+
+def test_model_card_of_an_entry_without_realism_says_so(entry: Path) -> None:
+    card = (entry / "README.md").read_text()
+    realism = card[card.index("## Realism"):card.index("## Training")]
+    assert "No realism measurements in this entry" in realism and "zoo realism case 33" in realism
+    assert "input shape" not in card  # schema 1: no per-shape effects
+
+
+def test_model_card_names_a_heuristic_beyond_the_target(compiled) -> None:
+    from zoo.card import render_model_card
+
+    c = compiled("33")
+    validation = _schema_2_validation()
+    validation["realism"]["heuristics"]["weight_norm"] = {"auroc": 0.15, "separation": 0.85}
+    card = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(),
+                             case={**c.case.metadata(), "encoding": c.encoding.to_json()},
+                             training=_schema_2_training(), validation=validation)
+    assert "on this entry weight_norm still separate(s) the circuit beyond the 0.75 target" in card

@@ -31,6 +31,7 @@ def _task(cc, n=64, seed=0):
     return make_task(case=cc.case, encoding=cc.encoding, reference=cc.model, n=n, seed=seed)
 
 
+@pytest.mark.smoke
 @pytest.mark.parametrize("case_id", ["4", "19"])
 def test_activation_patching_ranks_every_circuit_node_first(compiled, case_id):
     cc = compiled(case_id)
@@ -53,6 +54,7 @@ def test_random_scores_average_near_half(compiled):
     assert np.std(aurocs) > 0.1  # it really varies with the seed
 
 
+@pytest.mark.smoke
 def test_edge_ablation_identities(compiled):
     cc = compiled("4")
     graph = graph_of(cc.model)
@@ -75,6 +77,7 @@ def test_edge_ablation_identities(compiled):
     assert behaviour(task, clean) > behaviour(task, run_nodes_ablated(ctx, graph.components))
 
 
+@pytest.mark.smoke
 def test_evaluate_report_on_compiled_case(compiled, tmp_path):
     cc = compiled("19")
     methods = ["random", "activation_patching", "gradient_attribution", "ablation_scan", "greedy"]

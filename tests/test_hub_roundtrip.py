@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from hub_server import build_entry, hub_environment
+from hub_server import build_entry, hub_environment, seed_compile_cache
 
 from zoo.cli import main
 
@@ -55,7 +55,7 @@ def outputs(model, seqs, encoding) -> torch.Tensor:
         return model(tokens, attention_mask=mask)
 
 
-def test_push_pull_load_round_trip(hub, src_root, compiled, tmp_path, capsys, monkeypatch) -> None:
+def test_push_pull_load_round_trip(hub, src_root, compiled, compile_cache, tmp_path, capsys, monkeypatch) -> None:
     code, out, err = run(capsys, "push", "case", "33", "--repo-id", REPO, "--root", str(src_root))
     assert code == 0, err
     assert out.startswith("pushed case-33 to zoo-test/zoo@")
@@ -76,6 +76,7 @@ def test_push_pull_load_round_trip(hub, src_root, compiled, tmp_path, capsys, mo
 
     # pull into a fresh zoo root: verified copy of exactly the pushed files
     fresh = tmp_path / "fresh-root"
+    seed_compile_cache(fresh, compile_cache, ["33"])  # pull runs the model against the compiled case
     code, out, err = run(capsys, "pull", "case", "33", "--repo-id", REPO, "--root", str(fresh))
     assert code == 0, err
     pulled = fresh / "entries/case-33"
@@ -95,7 +96,7 @@ def test_push_pull_load_round_trip(hub, src_root, compiled, tmp_path, capsys, mo
     assert all(method != "POST" or path.startswith("/api/") for method, path in hub.requests)
 
 
-def test_offline_load_from_cache_after_server_stops(hub, src_root, tmp_path, capsys) -> None:
+def test_offline_load_from_cache_after_server_stops(hub, src_root, compile_cache, tmp_path, capsys) -> None:
     assert run(capsys, "push", "--all", "--repo-id", REPO, "--root", str(src_root))[0] == 0
     import zoo
 
@@ -121,6 +122,7 @@ def test_offline_load_from_cache_after_server_stops(hub, src_root, tmp_path, cap
 
     # the CLI pulls from the cache offline too; an entry never downloaded is one clear error
     env_root = tmp_path / "offline-pull"
+    seed_compile_cache(env_root, compile_cache, ["3"])
     pull = [sys.executable, "-m", "zoo.cli", "pull", "case", "3", "--root", str(env_root)]
     proc = subprocess.run(pull, env=env, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
@@ -189,9 +191,10 @@ def test_pickle_in_repository_folder_is_refused_unopened(hub, src_root, tmp_path
     assert entries_state(root) == []
 
 
-def test_tampered_remote_file_keeps_the_installed_entry(hub, src_root, tmp_path, capsys) -> None:
+def test_tampered_remote_file_keeps_the_installed_entry(hub, src_root, compile_cache, tmp_path, capsys) -> None:
     assert run(capsys, "push", "case", "33", "--repo-id", REPO, "--root", str(src_root))[0] == 0
     root = tmp_path / "target"
+    seed_compile_cache(root, compile_cache, ["33"])
     assert run(capsys, "pull", "case", "33", "--repo-id", REPO, "--root", str(root))[0] == 0
     before = {p.name: p.read_bytes() for p in (root / "entries/case-33").iterdir()}
     config = bytearray(hub.files(REPO)["case-33/config.json"])

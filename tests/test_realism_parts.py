@@ -125,3 +125,18 @@ def test_head_rescale_preserves_function_and_moves_norms(causal: bool) -> None:
     again = Transformer(cfg)
     init_weights(again, torch.Generator().manual_seed(1))
     assert rescale_heads(again, NodeLayout(2, 4), seed=0) == factors
+
+
+def test_circuit_heads_draw_strata_inside_the_band() -> None:
+    from siit.distractors import CIRCUIT_BAND
+    from siit.reparametrize import _place
+
+    names = [f"a{l}.h{h}" for l in range(3) for h in range(4)]
+    circuit = {"a0.h1", "a2.h3"}
+    for seed in range(20):
+        factors = _place(names, circuit, 1.5, np.random.default_rng(seed))
+        order = sorted(range(len(names)), key=lambda i: factors[i])
+        for i, name in enumerate(names):
+            if name in circuit:
+                quantile = (order.index(i) + 0.5) / len(names)
+                assert CIRCUIT_BAND[0] <= quantile <= CIRCUIT_BAND[1], (seed, name, quantile)

@@ -1,12 +1,14 @@
-"""siit.transformer.Transformer equals transformer_lens.HookedTransformer (logits, hook_result,
-hook_mlp_out) on random weights and padded inputs, and its Patch equals patching by TL hooks."""
+"""siit.transformer.Transformer equals the installed TransformerLens model (logits, per-head and MLP
+outputs as eval.hooks reads them) on random weights and padded inputs, and its Patch equals patching
+through eval.hooks. (eval.hooks equals TL 3.x's own hooks: tests/test_tl_hooks.py.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from eval.tlens import build_hooked, hooked_config
+from eval.hooks import adapt
+from eval.tlens import build_hooked, hooked_config, state_dict_3x
 from siit.transformer import Patch, Transformer, init_weights
 
 
@@ -33,32 +35,40 @@ def _padded_batch(seed: int = 1, batch: int = 9, n_ctx: int = 6):
     return tokens, mask
 
 
+WRITERS = [f"a{l}.h{h}" for l in range(2) for h in range(3)] + ["m0", "m1"]
+
+
+@pytest.mark.smoke
 @pytest.mark.parametrize("causal,act_fn", [(True, "gelu"), (False, "gelu"), (True, "relu"), (False, "relu")])
-def test_equals_hooked_transformer(causal: bool, act_fn: str) -> None:
+def test_equals_transformer_lens(causal: bool, act_fn: str) -> None:
     cfg, model = _random_model(causal, act_fn)
     tl = build_hooked(cfg, model.state_dict())
     tokens, mask = _padded_batch()
     with torch.no_grad():
         logits, acts = model(tokens, mask, return_acts=True)
-        tl_logits, cache = tl.run_with_cache(tokens, attention_mask=mask)
+        tl_logits = tl(tokens, attention_mask=mask)
+    outs = adapt(tl).outputs(tokens, mask, WRITERS)
     assert torch.allclose(logits, tl_logits, atol=1e-5), (logits - tl_logits).abs().max()
     for layer in range(cfg["n_layers"]):
-        assert torch.allclose(acts[layer, :, :, :3], cache[f"blocks.{layer}.attn.hook_result"], atol=1e-5)
-        assert torch.allclose(acts[layer, :, :, 3], cache[f"blocks.{layer}.hook_mlp_out"], atol=1e-5)
+        for head in range(3):
+            assert torch.allclose(acts[layer, :, :, head], outs[f"a{layer}.h{head}"], atol=1e-5)
+        assert torch.allclose(acts[layer, :, :, 3], outs[f"m{layer}"], atol=1e-5)
 
 
-def test_state_dict_names_load_into_hooked_transformer() -> None:
+@pytest.mark.smoke
+def test_state_dict_names_load_into_transformer_lens() -> None:
     cfg, model = _random_model(True, "gelu")
     tl = build_hooked(cfg, model.state_dict())  # raises if a name or shape does not fit
-    tl_params = dict(tl.named_parameters())
-    assert set(model.state_dict()) == set(tl_params)
+    back = state_dict_3x(tl)
+    assert set(model.state_dict()) == set(back)
+    assert all(torch.equal(back[k], v) for k, v in model.state_dict().items())
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_patch_equals_patching_with_hooks(causal: bool) -> None:
-    """Per-row patches of heads and MLPs == TL run with the activation replaced by hand."""
+def test_patch_equals_patching_through_eval_hooks(causal: bool) -> None:
+    """Per-row patches of heads and MLPs == the TL model run with that node replaced."""
     cfg, model = _random_model(causal, "gelu", seed=3)
-    tl = build_hooked(cfg, model.state_dict())
+    tl = adapt(build_hooked(cfg, model.state_dict()))
     base, base_mask = _padded_batch(seed=4)
     source, source_mask = _padded_batch(seed=5)
     with torch.no_grad():
@@ -69,23 +79,20 @@ def test_patch_equals_patching_with_hooks(causal: bool) -> None:
         mask[row, layer, slot] = True
     with torch.no_grad():
         patched, _ = model(base, base_mask, Patch(mask=mask, values=source_acts))
-        _, tl_cache = tl.run_with_cache(source, attention_mask=source_mask)
+    reference = tl.outputs(source, source_mask, WRITERS)
+    clean = tl.forward(base, base_mask)
+    # one batched pass through eval.hooks: row r patches its own node (a per-row weight)
+    weights = {node: torch.tensor([float(WRITERS.index(node) == _writer_index(l, s)) for l, s in choices])
+               for node in WRITERS}
+    ref = tl.run(base, base_mask, reference=reference, nodes=weights).logits
     for row, (layer, slot) in enumerate(choices):
-        if slot < 3:
-            name = f"blocks.{layer}.attn.hook_result"
+        node = f"a{layer}.h{slot}" if slot < 3 else f"m{layer}"
+        one = tl.run(base[row:row + 1], base_mask[row:row + 1], nodes={node: 1.0},
+                     reference={node: reference[node][row:row + 1]}).logits
+        assert torch.allclose(patched[row], one[0], atol=1e-5)
+        assert torch.allclose(patched[row], ref[row], atol=1e-5)
+        assert not torch.allclose(one[0], clean[row], atol=1e-4)  # the patch did something
 
-            def hook(act, hook, row=row, slot=slot, name=name):
-                act = act.clone()
-                act[:, :, slot] = tl_cache[name][row : row + 1, :, slot]
-                return act
-        else:
-            name = f"blocks.{layer}.hook_mlp_out"
 
-            def hook(act, hook, row=row, name=name):
-                return tl_cache[name][row : row + 1]
-        with torch.no_grad():
-            ref = tl.run_with_hooks(base[row : row + 1], attention_mask=base_mask[row : row + 1],
-                                    fwd_hooks=[(name, hook)])
-            clean = tl(base[row : row + 1], attention_mask=base_mask[row : row + 1])
-        assert torch.allclose(patched[row], ref[0], atol=1e-5)
-        assert not torch.allclose(ref[0], clean[0], atol=1e-4)  # the patch did something
+def _writer_index(layer: int, slot: int) -> int:
+    return WRITERS.index(f"a{layer}.h{slot}" if slot < 3 else f"m{layer}")

@@ -84,3 +84,26 @@ def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) 
     assert main(["validate", "case", "33", "--out", str(out), "--root", str(tmp_path / "r"), "--json"]) == 0
     again = json.loads((out / "validation.json").read_text())
     assert again["node_effects"] == validation["node_effects"]
+
+
+def test_trained_outside_entry_is_scored_against_the_program_the_user_names(tmp_path: Path, monkeypatch,
+                                                                              capsys) -> None:
+    """A non-built-in entry loads with a data-only case (its program is never imported from
+    case.json); naming the program makes it the task of the evaluation, with the trained model."""
+    import zoo
+    from zoo.case_json import is_data_only
+    from zoo.entry import load_entry_dir
+
+    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    root = tmp_path / "r"
+    main(["train", "case", "outside_case:make_case", *FAST, "--root", str(root)])
+    capsys.readouterr()
+    entry_dir = root / "entries" / "case-outside_case-make_case"
+    entry = load_entry_dir(entry_dir)
+    assert is_data_only(entry.case)
+    with pytest.raises(ValueError, match="data-only"):
+        zoo.resolve_target(entry, root=root)
+    target = zoo.resolve_target("outside_case:make_case", root=root)
+    assert target.which == "trained" and not is_data_only(target.case)
+    report = zoo.evaluate("outside_case:make_case", ["random"], root=root, n=32)
+    assert report.entry["model"] == "trained" and report.entry["case"] == "outside_case:make_case"

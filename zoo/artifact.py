@@ -10,24 +10,35 @@
       README.md           model card
       manifest.json       {"format": "zoo/1", "files": {name: sha256}}: what loading verifies
 
-Entries are written into a temporary sibling directory and renamed into place, so an interrupted
-write never leaves a half-written entry. Nothing is pickled; loading never unpickles: before any file
-is parsed, `verify_entry` refuses unexpected file names and sniffs every file's leading bytes, so a
-pickle (or a torch zip archive) under any name is rejected unread; then it checks the sha256 sums.
+Writing: an entry is written into a temporary sibling directory which then replaces the old one
+in one atomic swap (eval.directory_swap): a concurrent reader always finds a complete entry, the
+old or the new, and an interrupted write changes nothing. JSON is written without NaN / Infinity
+(not JSON), and weights must be finite.
+
+Reading: `read_entry` takes one consistent snapshot of the files' bytes. Before anything is
+parsed it refuses unexpected file names, oversized files and files whose leading bytes are not
+what their names promise (a pickle or a torch zip under any name is refused unread), then checks
+the sha256 sums; if the entry was swapped while being read, it reads again. Nothing is pickled and
+nothing is unpickled. JSON is parsed strictly: no NaN / Infinity, no numbers out of range, no
+nesting deeper than MAX_JSON_DEPTH; every failure is one ArtifactError line.
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import hashlib
 import json
+import math
+import os
 import re
-import shutil
-import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from eval.directory_swap import fsync_tree, replace_directory, sibling_tmp
+from eval.model_config import MAX_MODEL_BYTES
 from zoo.errors import ZooError
 
 FORMAT = "zoo/1"
@@ -35,9 +46,14 @@ MANIFEST = "manifest.json"
 REQUIRED_FILES = ("model.safetensors", "config.json", "circuit.json", "case.json", "README.md")
 OPTIONAL_JSON = ("training.json", "validation.json")
 ALLOWED_FILES = frozenset(REQUIRED_FILES + OPTIONAL_JSON + (MANIFEST,))
-ENTRY_NAME = re.compile(r"(case|planted)-[A-Za-z0-9][A-Za-z0-9_.-]{0,120}")
+FAILED_SUFFIX = ".failed"
+"""A run that missed its criterion, written beside a better entry (`case-33.failed/`): not an entry."""
+ENTRY_NAME = re.compile(r"(case|planted)-(?!.*\.failed$)[A-Za-z0-9][A-Za-z0-9_.-]{0,120}")
 # safetensors puts an 8-byte little-endian header length first; real headers are a few KB.
 _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
+MAX_FILE_BYTES = {".safetensors": MAX_MODEL_BYTES + _MAX_SAFETENSORS_HEADER, ".json": 64 << 20, ".md": 4 << 20}
+MAX_JSON_DEPTH = 64
+_READ_ATTEMPTS = 5
 
 
 class ArtifactError(ZooError, ValueError):
@@ -46,9 +62,10 @@ class ArtifactError(ZooError, ValueError):
 
 def check_entry_name(name: str) -> str:
     """`name` if it is a valid entry name (`case-33`, `planted-ioi`); it becomes a path component."""
-    if not ENTRY_NAME.fullmatch(name) or ".." in name:
+    if not isinstance(name, str) or not ENTRY_NAME.fullmatch(name) or ".." in name:
         raise ArtifactError(
-            f"invalid entry name {name!r}: expected case-<id> or planted-<name> (letters, digits, . _ -)"
+            f"invalid entry name {name!r}: expected case-<id> or planted-<name> (letters, digits, . _ -; "
+            f"not ending in {FAILED_SUFFIX})"
         )
     return name
 
@@ -66,19 +83,10 @@ def _describe_bytes(head: bytes) -> str:
     return f"content starting with {head[:8]!r}"
 
 
-def check_file_safe(path: Path) -> None:
-    """Refuse a file whose content is not what its name promises, reading only its first bytes.
-
-    safetensors must start with a plausible header, JSON with `{`, Markdown must be UTF-8 text
-    without NUL bytes. This runs before anything is parsed, so a pickle never reaches a parser.
-    """
-    entry, name = path.parent.name, path.name
-    if not path.is_file():
-        raise ArtifactError(f"entry {entry}: {name} is not a regular file (refused)")
-    size = path.stat().st_size
-    with open(path, "rb") as fh:
-        head = fh.read(16)
-        rest = fh.read(1 << 20) if name.endswith(".md") else b""
+def _sniff(entry: str, name: str, data: bytes, size: int) -> None:
+    """Refuse content that is not what its name promises, from its first bytes only: safetensors
+    must start with a plausible header, JSON with `{`, Markdown must be UTF-8 text without NUL."""
+    head = data[:16]
     what = _describe_bytes(head)
     if name.endswith(".safetensors"):
         n = int.from_bytes(head[:8], "little") if len(head) >= 9 else -1
@@ -88,10 +96,9 @@ def check_file_safe(path: Path) -> None:
         if not head.lstrip(b" \t\r\n").startswith(b"{"):
             raise ArtifactError(f"entry {entry}: {name} is not a JSON object ({what}); refused unread")
     elif name.endswith(".md"):
-        text = head + rest
         try:
-            text.decode("utf-8")
-            ok = b"\0" not in text
+            data[: 1 << 20].decode("utf-8")
+            ok = b"\0" not in data[: 1 << 20]
         except UnicodeDecodeError:
             ok = False
         if not ok:
@@ -100,12 +107,216 @@ def check_file_safe(path: Path) -> None:
         raise ArtifactError(f"entry {entry}: {name} has an unexpected extension (refused)")
 
 
+def check_file_safe(path: Path) -> None:
+    """`_sniff` on a file on disk (reads its first bytes only)."""
+    entry, name = path.parent.name, path.name
+    if not path.is_file():
+        raise ArtifactError(f"entry {entry}: {name} is not a regular file (refused)")
+    with open(path, "rb") as fh:
+        data = fh.read(16 if not name.endswith(".md") else 1 << 20)
+    _sniff(entry, name, data, path.stat().st_size)
+
+
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------
+# JSON, strictly
+
+
+def _refuse_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _check_tree(obj: Any) -> str | None:
+    """Why `obj` (parsed JSON) is not plain data, or None: nesting too deep, a non-finite number."""
+    stack = [(obj, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if depth > MAX_JSON_DEPTH:
+            return f"nested deeper than {MAX_JSON_DEPTH} levels"
+        if isinstance(value, float) and not math.isfinite(value):
+            return "holds a number out of range"
+        if isinstance(value, dict):
+            stack.extend((v, depth + 1) for v in value.values())
+        elif isinstance(value, list):
+            stack.extend((v, depth + 1) for v in value)
+    return None
+
+
+def parse_json(data: bytes, what: str) -> dict[str, Any]:
+    """A JSON object from bytes, or one ArtifactError line saying why not (`what` names the file)."""
+    try:
+        value = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
+    except RecursionError:
+        raise ArtifactError(f"{what} is nested too deeply to be read") from None
+    except (ValueError, UnicodeDecodeError) as exc:
+        raise ArtifactError(f"{what} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
+    if not isinstance(value, dict):
+        raise ArtifactError(f"{what} must be a JSON object, got {type(value).__name__}")
+    why = _check_tree(value)
+    if why:
+        raise ArtifactError(f"{what} {why}")
+    return value
+
+
+def dumps_json(data: Any, what: str) -> str:
+    """JSON text without NaN / Infinity (which JSON does not have): a non-finite value is refused."""
+    try:
+        return json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
+    except ValueError:
+        where = _nonfinite_path(data, "")
+        raise ArtifactError(f"{what} holds a NaN or infinite number at {where or '?'}; refused (JSON has no "
+                            "such numbers; a NaN metric means the run diverged)") from None
+
+
+def _nonfinite_path(value: Any, path: str) -> str | None:
+    if isinstance(value, float) and not math.isfinite(value):
+        return path or "(top level)"
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
+    for key, child in items:
+        found = _nonfinite_path(child, f"{path}.{key}" if path else str(key))
+        if found:
+            return found
+    return None
+
+
+def read_json(entry_dir: Path, name: str) -> dict[str, Any]:
+    return parse_json((entry_dir / name).read_bytes(), f"entry {entry_dir.name}: {name}")
+
+
+# ------------------------------------------------------------------------------------------------
+# reading
+
+
+@dataclasses.dataclass(frozen=True)
+class EntryFiles:
+    """One consistent, verified snapshot of an entry's files."""
+
+    label: str
+    """The entry's name, for messages."""
+    data: Mapping[str, bytes]
+    """File name -> bytes, the manifest included."""
+    sums: Mapping[str, str]
+    """File name -> sha256, as the manifest lists them (the manifest itself excluded)."""
+
+    def json(self, name: str) -> dict[str, Any] | None:
+        """The parsed JSON file `name`, None if the entry lacks it."""
+        return parse_json(self.data[name], f"entry {self.label}: {name}") if name in self.data else None
+
+
+def read_entry(entry_dir: Path, *, name: str | None = None) -> EntryFiles:
+    """Read and verify every file of the entry in `entry_dir` (see the module docstring).
+
+    If the directory is replaced while it is read (an install swapping it), the read starts over,
+    so the snapshot is never a mixture of two versions. `name` labels messages when the directory
+    is a temporary one.
+    """
+    label = name or entry_dir.name
+    for _ in range(_READ_ATTEMPTS):
+        try:
+            before = os.stat(entry_dir).st_ino
+        except FileNotFoundError:
+            raise ArtifactError(f"no entry at {entry_dir}") from None
+        except NotADirectoryError:
+            raise ArtifactError(f"no entry at {entry_dir} (not a directory)") from None
+        try:
+            files = _read_once(entry_dir, label)
+        except (ArtifactError, OSError) as exc:
+            if _replaced(entry_dir, before):
+                time.sleep(0.005)
+                continue
+            if isinstance(exc, OSError):
+                raise ArtifactError(f"entry {label}: cannot read {Path(exc.filename or '?').name} "
+                                    f"({exc.strerror or exc})") from None
+            raise
+        if not _replaced(entry_dir, before):
+            return files
+    raise ArtifactError(f"entry {label} kept changing while it was read; try again")
+
+
+def _replaced(path: Path, inode: int) -> bool:
+    try:
+        return os.stat(path).st_ino != inode
+    except OSError:
+        return True
+
+
+def _read_once(entry_dir: Path, label: str) -> EntryFiles:
+    if not entry_dir.is_dir():
+        raise ArtifactError(f"no entry at {entry_dir}")
+    present = {p.name for p in entry_dir.iterdir() if not p.name.startswith(".")}
+    unexpected = unexpected_names(present)
+    if unexpected:
+        raise ArtifactError(
+            f"entry {label}: unexpected files {unexpected} (refused unread; an entry holds only "
+            f"{', '.join(sorted(ALLOWED_FILES))})"
+        )
+    data: dict[str, bytes] = {}
+    for file_name in sorted(present):
+        path = entry_dir / file_name
+        if not path.is_file():
+            raise ArtifactError(f"entry {label}: {file_name} is not a regular file (refused)")
+        limit = MAX_FILE_BYTES[Path(file_name).suffix]
+        if path.stat().st_size > limit:
+            raise ArtifactError(f"entry {label}: {file_name} is larger than {limit >> 20} MiB (refused unread)")
+        with open(path, "rb") as fh:
+            data[file_name] = fh.read(limit + 1)
+        _sniff(label, file_name, data[file_name], len(data[file_name]))
+    if MANIFEST not in data:
+        raise ArtifactError(f"entry {label}: {MANIFEST} is missing")
+    manifest = parse_json(data[MANIFEST], f"entry {label}: {MANIFEST}")
+    if manifest.get("format") != FORMAT:
+        raise ArtifactError(f"entry {label}: unknown format {str(manifest.get('format'))[:40]!r} (expected {FORMAT!r})")
+    sums = manifest.get("files", {})
+    if not isinstance(sums, dict) or not all(isinstance(v, str) for v in sums.values()):
+        raise ArtifactError(f"entry {label}: {MANIFEST} has no file table")
+    for file_name in REQUIRED_FILES:
+        if file_name not in sums or file_name not in data:
+            raise ArtifactError(f"entry {label}: {file_name} is missing")
+    for file_name, expected in sums.items():
+        if file_name not in ALLOWED_FILES or file_name == MANIFEST:
+            raise ArtifactError(f"entry {label}: manifest names unexpected file {file_name[:60]!r}")
+        if file_name not in data:
+            raise ArtifactError(f"entry {label}: {file_name} is missing")
+        actual = hashlib.sha256(data[file_name]).hexdigest()
+        if actual != expected:
+            raise ArtifactError(
+                f"entry {label}: {file_name} does not match its sha256 (expected {expected[:12]}…, "
+                f"got {actual[:12]}…): the file was changed or corrupted"
+            )
+    extra = set(data) - set(sums) - {MANIFEST}
+    if extra:
+        raise ArtifactError(f"entry {label}: files not in the manifest {sorted(extra)} (refused)")
+    return EntryFiles(label=label, data=data, sums=dict(sums))
+
+
+def verify_entry(entry_dir: Path, *, name: str | None = None) -> dict[str, str]:
+    """Check an entry against its manifest; returns {file: sha256}. Raises ArtifactError."""
+    return dict(read_entry(entry_dir, name=name).sums)
+
+
+def tensors_from_bytes(data: bytes) -> dict[str, Any]:
+    """Weights from safetensors bytes (the only weight format the zoo reads)."""
+    from safetensors.torch import load
+
+    return load(data)
+
+
+def load_state_dict(entry_dir: Path) -> dict[str, Any]:
+    """Weights from model.safetensors."""
+    from safetensors.torch import load_file
+
+    return load_file(str(entry_dir / "model.safetensors"))
+
+
+# ------------------------------------------------------------------------------------------------
+# writing
 
 
 def write_entry(
@@ -118,9 +329,11 @@ def write_entry(
     """Write an entry atomically to `dest` (replacing an older one) and return `dest`.
 
     `json_files` maps file names (config.json, circuit.json, case.json, and optionally
-    training.json, validation.json) to JSON-native dicts.
+    training.json, validation.json) to JSON-native dicts. NaN / infinite numbers or weights are
+    refused (ArtifactError) before anything is written.
     """
-    from safetensors.torch import save_file
+    import torch
+    from safetensors.torch import save as save_bytes
 
     missing = {"config.json", "circuit.json", "case.json"} - set(json_files)
     if missing:
@@ -128,120 +341,48 @@ def write_entry(
     unknown = set(json_files) - ALLOWED_FILES
     if unknown:
         raise ArtifactError(f"entry {dest.name}: unexpected files {sorted(unknown)}")
+    tensors = {k: v.detach().contiguous().cpu() for k, v in state_dict.items()}
+    bad = [k for k, v in tensors.items() if v.is_floating_point() and not bool(torch.isfinite(v).all())]
+    if bad:
+        raise ArtifactError(f"entry {dest.name}: weights {bad[:3]} hold NaN or infinite values; refused")
+    files = {name: dumps_json(data, f"entry {dest.name}: {name}").encode() for name, data in json_files.items()}
+    files["model.safetensors"] = save_bytes(tensors, metadata={"format": FORMAT})
+    files["README.md"] = readme.encode()
+    return install_files(files, dest)
+
+
+def install_files(files: Mapping[str, bytes], dest: Path) -> Path:
+    """Write entry files (name -> bytes; a manifest is made if absent) to `dest` atomically; the
+    written copy is verified before it replaces the old entry."""
     with _staged(dest) as tmp:
-        tensors = {k: v.detach().contiguous().cpu() for k, v in state_dict.items()}
-        save_file(tensors, str(tmp / "model.safetensors"), metadata={"format": FORMAT})
-        for name, data in json_files.items():
-            (tmp / name).write_text(json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-        (tmp / "README.md").write_text(readme)
-        files = {p.name: sha256_file(p) for p in sorted(tmp.iterdir())}
-        (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "files": files}, indent=1) + "\n")
+        for name, data in files.items():
+            if name not in ALLOWED_FILES:
+                raise ArtifactError(f"entry {dest.name}: unexpected file {name!r}")
+            (tmp / name).write_bytes(data)
+        if MANIFEST not in files:
+            sums = {name: hashlib.sha256(data).hexdigest() for name, data in sorted(files.items())}
+            (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT, "files": sums}, indent=1) + "\n")
+        read_entry(tmp, name=dest.name)
     return dest
 
 
 def install_entry(src: Path, dest: Path) -> Path:
-    """Copy a verified entry (e.g. from the Hugging Face cache) to `dest` atomically.
-
-    The copy is verified again before it is renamed into place, so `dest` is either the old entry
-    or the complete new one, never a mixture; symlinks (the HF cache uses them) are followed.
-    """
-    files = verify_entry(src)
-    with _staged(dest) as tmp:
-        for name in [*files, MANIFEST]:
-            shutil.copyfile(src / name, tmp / name)
-        verify_entry(tmp, name=dest.name)
-    return dest
+    """Copy a verified entry (e.g. from the Hugging Face cache) to `dest` atomically: `dest` is
+    either the old entry or the complete new one, never a mixture, never missing."""
+    return install_files(read_entry(src).data, dest)
 
 
 @contextlib.contextmanager
 def _staged(dest: Path) -> Iterator[Path]:
-    """A temporary sibling of `dest` to fill; renamed to `dest` if the block succeeds, removed if
-    it raises (Ctrl-C included), so `dest` is always the old entry or the complete new one."""
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".{dest.name}.tmp.", dir=dest.parent))
+    """A temporary sibling of `dest` to fill; swapped in for `dest` if the block succeeds, removed if
+    it raises (Ctrl-C included)."""
+    import shutil
+
+    tmp = sibling_tmp(dest)
     try:
         yield tmp
-        _swap_into_place(tmp, dest)
+        fsync_tree(tmp)
+        replace_directory(tmp, dest)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
-
-
-def _swap_into_place(tmp: Path, dest: Path) -> None:
-    """Rename the finished `tmp` to `dest`; an existing `dest` is moved aside first, then removed."""
-    if dest.exists():
-        old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
-        old.rmdir()
-        dest.rename(old)
-        try:
-            tmp.rename(dest)
-        except BaseException:
-            old.rename(dest)  # put the previous entry back rather than leave nothing
-            raise
-        shutil.rmtree(old, ignore_errors=True)
-    else:
-        tmp.rename(dest)
-
-
-def verify_entry(entry_dir: Path, *, name: str | None = None) -> dict[str, str]:
-    """Check an entry against its manifest; returns {file: sha256}. Raises ArtifactError.
-
-    Order matters for safety: file names first, then every file's leading bytes (no pickle, no zip,
-    each file what its extension says), and only then is the manifest parsed and each file hashed.
-    `name` labels messages when the directory is a temporary one.
-    """
-    label = name or entry_dir.name
-    if not entry_dir.is_dir():
-        raise ArtifactError(f"no entry at {entry_dir}")
-    present = {p.name for p in entry_dir.iterdir() if not p.name.startswith(".")}
-    unexpected = unexpected_names(present)
-    if unexpected:
-        raise ArtifactError(
-            f"entry {label}: unexpected files {unexpected} (refused unread; an entry holds only "
-            f"{', '.join(sorted(ALLOWED_FILES))})"
-        )
-    for file_name in sorted(present):
-        check_file_safe(entry_dir / file_name)
-    manifest_path = entry_dir / MANIFEST
-    if not manifest_path.is_file():
-        raise ArtifactError(f"entry {label}: {MANIFEST} is missing")
-    try:
-        manifest = json.loads(manifest_path.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"entry {label}: {MANIFEST} is not valid JSON ({exc})") from None
-    if not isinstance(manifest, dict) or manifest.get("format") != FORMAT:
-        got = manifest.get("format") if isinstance(manifest, dict) else None
-        raise ArtifactError(f"entry {label}: unknown format {got!r} (expected {FORMAT!r})")
-    files = manifest.get("files", {})
-    if not isinstance(files, dict):
-        raise ArtifactError(f"entry {label}: {MANIFEST} has no file table")
-    for file_name in REQUIRED_FILES:
-        if file_name not in files or not (entry_dir / file_name).is_file():
-            raise ArtifactError(f"entry {label}: {file_name} is missing")
-    for file_name, expected in files.items():
-        if file_name not in ALLOWED_FILES or file_name == MANIFEST:
-            raise ArtifactError(f"entry {label}: manifest names unexpected file {file_name!r}")
-        path = entry_dir / file_name
-        if not path.is_file():
-            raise ArtifactError(f"entry {label}: {file_name} is missing")
-        actual = sha256_file(path)
-        if actual != expected:
-            raise ArtifactError(
-                f"entry {label}: {file_name} does not match its sha256 (expected {str(expected)[:12]}…, "
-                f"got {actual[:12]}…): the file was changed or corrupted"
-            )
-    extra = present - set(files) - {MANIFEST}
-    if extra:
-        raise ArtifactError(f"entry {label}: files not in the manifest {sorted(extra)} (refused)")
-    return files
-
-
-def read_json(entry_dir: Path, name: str) -> dict[str, Any]:
-    return json.loads((entry_dir / name).read_text())
-
-
-def load_state_dict(entry_dir: Path) -> dict[str, Any]:
-    """Weights from model.safetensors (the only weight format the zoo reads)."""
-    from safetensors.torch import load_file
-
-    return load_file(str(entry_dir / "model.safetensors"))

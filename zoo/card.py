@@ -6,7 +6,9 @@ quotes cannot break it; the prose placeholders are filled with `safe_substitute`
 description is left alone. validation.json is read defensively (its producer is the training code):
 numeric top-level figures (accuracy, iia, siia, ...) go into `model-index`; per-node effects are
 tabulated when `nodes` (or `node_effects`) maps a node, or lists rows with a `node` key, to numbers
-and an `in_circuit` flag.
+and an `in_circuit` flag (nested per-shape effects are summarised in their own table). The Realism
+section reads validation.json's `realism` (eval.realism) and training.json's `realism` (what each
+out-of-circuit node was trained to compute); entries made before either existed say so.
 """
 
 from __future__ import annotations
@@ -75,7 +77,101 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
                   "| node | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(columns)]
         lines += ["| " + " | ".join([cell(r["node"])] + [cell(r.get(c)) for c in columns]) + " |"
                   for r in nodes]
+    lines += _shape_lines(validation.get("max_out_of_circuit_effect_by_shape"))
     return "\n".join(lines)
+
+
+def _shape_lines(by_shape: Any) -> list[str]:
+    """The largest out-of-circuit effect per input shape (validation.json schema 2), if present."""
+    if not isinstance(by_shape, dict) or not all(isinstance(v, dict) for v in by_shape.values()) or not by_shape:
+        return []
+    kinds = [k for k in next(iter(by_shape.values())) if all(_plain(v.get(k)) for v in by_shape.values())]
+    return ["", "Largest effect of any out-of-circuit node, per input shape (padded to n_ctx, unpadded, "
+            "padded part of the way; the model must ignore these nodes on every batch a user builds):", "",
+            "| input shape | " + " | ".join(kinds) + " |", "| --- |" + " --- |" * len(kinds)] + [
+        "| " + " | ".join([cell(shape)] + [cell(v.get(k)) for k in kinds]) + " |" for shape, v in by_shape.items()]
+
+
+DISTRACTOR_TEXT = {
+    "previous_token": "a random feature of the token {offset} position(s) back",
+    "running_mean": "the running mean of a random token feature over the input so far",
+    "input_mean": "the mean of a random token feature over the whole input",
+    "token_position": "the absolute difference of a random token feature and a random position code",
+}
+
+
+def _realism_text(validation: dict[str, Any] | None, training: dict[str, Any] | None, case_id: Any) -> str:
+    """How well a method that never intervenes finds the circuit, and what the busy nodes compute."""
+    measured = (validation or {}).get("realism")
+    trained = (training or {}).get("realism")
+    measured = measured if isinstance(measured, dict) else None
+    trained = trained if isinstance(trained, dict) else None
+    if measured is None and trained is None:
+        return ("No realism measurements in this entry (it predates them). `zoo realism case "
+                f"{case_id}` reports how well activation and weight size find its circuit.")
+    lines: list[str] = []
+    heuristics = (measured or {}).get("heuristics")
+    bounded = (measured or {}).get("bounded_heuristics") or []
+    if isinstance(heuristics, dict) and heuristics:
+        lines += ["How well ranking the nodes by a quantity that needs no intervention finds the circuit, as "
+                  "node AUROC against the circuit and its separation max(AUROC, 1 - AUROC): 0.5 is chance, 1.0 "
+                  "gives the circuit away (target <= 0.75 for the bounded heuristics).", "",
+                  "| heuristic | AUROC | separation | bounded |", "| --- | --- | --- | --- |"]
+        lines += [f"| {cell(name)} | {cell(h.get('auroc'))} | {cell(h.get('separation'))} | "
+                  f"{'yes' if name in bounded else 'no (reported)'} |"
+                  for name, h in heuristics.items() if isinstance(h, dict)]
+        ratio = measured.get("variance_floor_ratio")
+        if isinstance(ratio, (int, float)):
+            lines += ["", f"Variance floor ratio (smallest out-of-circuit output variance / median circuit node's): "
+                      f"{cell(float(ratio))} (target >= 0.25)."]
+    distractors = {d["node"]: d for d in (trained or {}).get("distractors") or [] if isinstance(d, dict) and "node" in d}
+    rows = [r for r in (measured or {}).get("nodes") or [] if isinstance(r, dict) and "node" in r]
+    names = [r["node"] for r in rows] or list(distractors)
+    if names:
+        stats = {r["node"]: r for r in rows}
+        lines += ["", "| node | in circuit | output norm | output variance | weight norm | trained to compute | R² |",
+                  "| --- | --- | --- | --- | --- | --- | --- |"]
+        for n in names:
+            r, d = stats.get(n, {}), distractors.get(n)
+            inside = r.get("in_circuit")
+            what = _distractor_text(d) if d else ("the task (circuit)" if inside else "-")
+            lines.append(f"| `{n}` | {cell(inside)} | {cell(r.get('output_norm'))} | {cell(r.get('output_variance'))} | "
+                         f"{cell(r.get('weight_norm'))} | {cell(what)} | {cell(d.get('r2') if d else None)} |")
+    if trained is not None and not distractors:
+        lines += ["", "Out-of-circuit nodes were given no tasks of their own (plain SIIT): their outputs are "
+                  "squashed, and activation size gives the circuit away."]
+    if (trained or {}).get("head_rescale"):
+        lines += ["", "After training each head's Q/K and V/O weights were rescaled by opposite factors (no output "
+                  "changes; factors in training.json `realism.head_rescale`), so that weight size reflects the draw, not "
+                  "the optimiser's path."]
+    lines += ["", _realism_meaning(heuristics if isinstance(heuristics, dict) else {}, bounded, bool(distractors))]
+    return "\n".join(lines).strip("\n")
+
+
+def _distractor_text(d: dict[str, Any]) -> str:
+    kind = d.get("kind")
+    return DISTRACTOR_TEXT[kind].format(offset=d.get("offset", "?")) if kind in DISTRACTOR_TEXT else str(kind)
+
+
+def _realism_meaning(heuristics: dict[str, Any], bounded: list[str], busy: bool) -> str:
+    """What the numbers mean for a user, in two sentences."""
+    loud = [n for n in bounded if isinstance(heuristics.get(n), dict)
+            and isinstance(heuristics[n].get("separation"), (int, float)) and heuristics[n]["separation"] > 0.75]
+    if busy:
+        text = ("**What this means for you:** the out-of-circuit nodes are busy with functions of the input of "
+                "their own (above; the task output ignores them) yet ablating them changes nothing (see "
+                "Validation), so a method has to test causal relevance to find the circuit")
+        text += (f"; but on this entry {', '.join(loud)} still separate(s) the circuit beyond the 0.75 target, "
+                 "so do not credit a method for what that heuristic finds as well." if loud
+                 else ": ranking nodes by size is close to chance.")
+    else:
+        text = ("**What this means for you:** judge a method on this entry against the size heuristics above; "
+                "where their separation is near 1 the circuit can be read off without any intervention.")
+    dla = heuristics.get("logit_variance")
+    if isinstance(dla, dict) and isinstance(dla.get("separation"), (int, float)) and dla["separation"] > 0.75:
+        text += (" Direct logit attribution (logit_variance) still finds the circuit: strictness forbids "
+                 "out-of-circuit nodes from writing input-dependent signals onto the task logits.")
+    return text
 
 
 def _plain(value: Any) -> bool:
@@ -164,6 +260,7 @@ def render_model_card(
         "edges": ", ".join(f"`{s}->{d}`" for s, d in edges) or "none",
         "correspondence": correspondence,
         "validation": _validation_text(validation),
+        "realism": _realism_text(validation, training, case.get("id", "N")),
         "training": _training_text(training),
         "snippet": loading_snippet(name),
         "files": "`model.safetensors`, `config.json`, `circuit.json`, `case.json`, `training.json`, "

@@ -8,10 +8,17 @@ huggingface_hub reads its environment once, at import. zoo reads HF_ENDPOINT, HF
 HF_HOME and HF_HUB_OFFLINE again at each call and passes them explicitly, so setting them after
 import (a notebook, a test) takes effect too.
 
-Safety: before downloading, the entry's remote file names are checked against the artifact's
-allowed names and only those names are downloaded; the downloaded folder is then verified
-(leading bytes, then sha256 sums) before anything is parsed. `pull` copies into the zoo root
-atomically. Every failure becomes one HubError line (a ZooError: exit 2 on the CLI).
+Safety: the server is not trusted. A revision must be a 40-hex commit or a plain ref name, and
+the commit a server answers must be 40 hex characters: huggingface_hub turns both into cache paths
+(`refs/<revision>`, `snapshots/<commit>`), so `../..` would write outside the cache. For the same
+reason every answer to a download (`/resolve/`) is checked while huggingface_hub downloads
+(`_checked_answers`): its X-Repo-Commit must be 40 hex characters and its ETag a git or sha256
+hash, else the download stops before anything is written. Files are fetched at the validated
+commit, and before downloading, the entry's remote file names are checked against the artifact's
+allowed names; the downloaded folder is then verified (leading bytes, then sha256 sums) before
+anything is parsed. `pull` then checks the whole entry (zoo.entry_check, zoo.behaviour_check) and
+installs exactly the bytes it checked, atomically; `--all` checks every entry before installing
+any. Every failure becomes one HubError / ArtifactError line (a ZooError: exit 2 on the CLI).
 """
 
 from __future__ import annotations
@@ -20,17 +27,21 @@ import contextlib
 import dataclasses
 import json
 import os
+import re
 import time
 import warnings
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from zoo.artifact import ALLOWED_FILES, MANIFEST, check_entry_name, install_entry, verify_entry
+from zoo.artifact import ALLOWED_FILES, MANIFEST, check_entry_name, verify_entry
 from zoo.errors import ZooError
 
 REPO_ENV = "ZOO_REPO_ID"
 DEFAULT_REVISION = "main"
+COMMIT = re.compile(r"[0-9a-f]{40}")
+REF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}|refs/pr/[0-9]{1,9}")
+_ETAG = re.compile(r'(?:W/)?"?(?:[0-9a-f]{40}|[0-9a-f]{64})"?')
 
 
 class HubError(ZooError):
@@ -69,6 +80,24 @@ def resolve_repo_id(repo_id: str | None = None) -> str:
     return chosen
 
 
+def check_revision(revision: str) -> str:
+    """`revision` if it is a 40-hex commit or a safe ref name (a branch or tag without slashes, or
+    refs/pr/N); huggingface_hub makes it a path in the cache, so `..` and slashes are refused."""
+    ok = isinstance(revision, str) and (COMMIT.fullmatch(revision) or REF_NAME.fullmatch(revision))
+    if not ok or ".." in revision or revision.endswith((".", ".lock")):
+        raise HubError(f"invalid revision {str(revision)[:60]!r}: expected a 40-hex commit or a branch / tag "
+                       "name (letters, digits, . _ -; no slashes, no ..) or refs/pr/N")
+    return revision
+
+
+def check_commit(sha: object, what: str) -> str:
+    """A commit id the server answered, if it is 40 lowercase hex characters."""
+    if not isinstance(sha, str) or not COMMIT.fullmatch(sha):
+        raise HubError(f"{what}: the Hub answered commit {str(sha)[:60]!r}, not 40 hex characters; refused "
+                       "(it would become a path in the cache)")
+    return sha
+
+
 def settings(repo_id: str | None = None, revision: str | None = None, *,
              token: str | bool | None = None, cache_dir: str | os.PathLike[str] | None = None) -> HubSettings:
     from huggingface_hub import constants
@@ -78,7 +107,7 @@ def settings(repo_id: str | None = None, revision: str | None = None, *,
         cache_dir = env_cache or (os.path.join(env_home, "hub") if env_home else constants.HF_HUB_CACHE)
     return HubSettings(
         repo_id=resolve_repo_id(repo_id),
-        revision=revision or DEFAULT_REVISION,
+        revision=check_revision(revision or DEFAULT_REVISION),
         endpoint=(os.environ.get("HF_ENDPOINT") or constants.ENDPOINT).rstrip("/"),
         cache_dir=Path(cache_dir).expanduser(),
         offline=_truthy(os.environ.get("HF_HUB_OFFLINE")) or constants.is_offline_mode(),
@@ -155,28 +184,98 @@ def _check_remote_folder(s: HubSettings, name: str, repo_files: Sequence[str]) -
                        f"downloading them (an entry holds only {', '.join(sorted(ALLOWED_FILES))})")
 
 
+def _check_answer(response: Any) -> None:
+    """huggingface_hub builds cache paths from a download answer's X-Repo-Commit and ETag headers
+    (`snapshots/<commit>/`, `blobs/<etag>`, `.no_exist/<commit>/`): refuse any that is not a hash,
+    before the library reads it."""
+    if "/resolve/" not in response.request.url.path:
+        return
+    commit = response.headers.get("X-Repo-Commit")
+    if commit is not None and not COMMIT.fullmatch(commit):
+        raise HubError(f"the Hub answered a download with commit {commit[:60]!r}, not 40 hex characters; refused "
+                       "(it would become a path in the cache)")
+    for header in ("X-Linked-Etag", "ETag"):
+        value = response.headers.get(header)
+        if value is not None and not _ETAG.fullmatch(value):
+            raise HubError(f"the Hub answered a download with {header} {value[:60]!r}, not a file hash; refused "
+                           "(it would become a path in the cache)")
+
+
+@contextlib.contextmanager
+def _checked_answers() -> Iterator[None]:
+    """`_check_answer` on every response of huggingface_hub's shared HTTP client, for one call.
+
+    The hook is added to the client for the duration of the block and removed after (it only ever
+    refuses answers). If the library replaced its client meanwhile (it does so after an SSL
+    error), downloads may have run unchecked, so the call is refused."""
+    from huggingface_hub import get_session
+
+    session = get_session()
+    hooks = session.event_hooks.setdefault("response", [])
+    hooks.append(_check_answer)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(ValueError):
+            hooks.remove(_check_answer)
+    if get_session() is not session:
+        raise HubError("huggingface_hub replaced its HTTP client during the download (after a network error); "
+                       "the answers could not all be checked, try again")
+
+
+def _storage(s: HubSettings) -> Path:
+    from huggingface_hub.file_download import repo_folder_name
+
+    return s.cache_dir / repo_folder_name(repo_id=s.repo_id, repo_type="model")
+
+
+def _remember_revision(s: HubSettings, sha: str) -> None:
+    """Record revision -> commit in the cache's refs/ (what snapshot_download would have written),
+    so the entry loads offline by its revision; the revision is checked, so the path stays inside."""
+    if s.revision == sha:
+        return
+    ref = _storage(s) / "refs" / s.revision
+    try:
+        ref.parent.mkdir(parents=True, exist_ok=True)
+        tmp = ref.with_name(f".{ref.name}.{os.getpid()}.tmp")
+        tmp.write_text(sha)
+        os.replace(tmp, ref)
+    except OSError:
+        pass  # best effort, as in huggingface_hub: the download itself succeeded
+
+
+def _inside(path: Path, folder: Path) -> bool:
+    try:
+        path.resolve().relative_to(folder.resolve())
+        return True
+    except ValueError:
+        return False
+
+
 def fetch_entry(name: str, *, repo_id: str | None = None, revision: str | None = None,
                 token: str | bool | None = None, cache_dir: str | os.PathLike[str] | None = None) -> Path:
     """Download entry `name` into the Hugging Face cache (or find it there when offline or when the
-    Hub is unreachable), verify it, and return its folder in the cached snapshot."""
+    Hub is unreachable), verify its files, and return its folder in the cached snapshot."""
     from huggingface_hub import errors, snapshot_download
 
     check_entry_name(name)
     s = settings(repo_id, revision, token=token, cache_dir=cache_dir)
-    reached, why = False, "HF_HUB_OFFLINE is set"
+    reached, why, commit = False, "HF_HUB_OFFLINE is set", s.revision
     if not s.offline:
         try:
             with hub_errors(s, f"fetching {name}"):
                 info = _api(s).repo_info(s.repo_id, revision=s.revision, token=s.token)
-            _check_remote_folder(s, name, [f.rfilename for f in info.siblings or []])
+            commit = check_commit(info.sha, f"fetching {name}")
+            _check_remote_folder(s, name, [str(f.rfilename) for f in info.siblings or []])
             reached = True
         except HubUnreachable as exc:
             why = str(exc)  # fall back to the cache silently, like huggingface_hub itself
     patterns = [f"{name}/{f}" for f in sorted(ALLOWED_FILES)]
     try:
-        with hub_errors(s, f"fetching {name}"):
+        with hub_errors(s, f"fetching {name}"), _checked_answers():
+            # at the checked commit: the server is not asked again which commit `revision` is
             snapshot = snapshot_download(
-                s.repo_id, revision=s.revision, allow_patterns=patterns, cache_dir=str(s.cache_dir),
+                s.repo_id, revision=commit, allow_patterns=patterns, cache_dir=str(s.cache_dir),
                 endpoint=s.endpoint, token=s.token, local_files_only=not reached,
                 tqdm_class=_quiet_tqdm(),
             )
@@ -184,18 +283,31 @@ def fetch_entry(name: str, *, repo_id: str | None = None, revision: str | None =
         why = why if not reached else _first_line(exc)
         raise HubError(f"entry {name} of {s.repo_id}@{s.revision} is not in the Hugging Face cache "
                        f"({s.cache_dir}) and {why}") from None
-    path = Path(snapshot) / name
+    snapshot_dir = Path(snapshot)
+    if not COMMIT.fullmatch(snapshot_dir.name) or not _inside(snapshot_dir, _storage(s) / "snapshots"):
+        raise HubError(f"the cached revision {s.revision!r} of {s.repo_id} points outside its cache; refused")
+    path = snapshot_dir / name
     if not path.is_dir():
         raise HubError(f"entry {name} is not in the cached snapshot of {s.repo_id}@{s.revision}")
-    verify_entry(path)
+    verify_entry(path, name=name)
+    if reached:
+        _remember_revision(s, commit)
     return path
+
+
+def pull_entries(names: Sequence[str], entries: Path, *, repo_id: str | None = None, revision: str | None = None,
+                 token: str | bool | None = None) -> list[Any]:
+    """Fetch and check every entry of `names`, then install them all into `entries/<name>`
+    (zoo.pull: nothing is installed unless all pass). Returns zoo.pull.Pulled records."""
+    from zoo.pull import pull_entries as pull_checked
+
+    return pull_checked(names, entries, lambda name: fetch_entry(name, repo_id=repo_id, revision=revision, token=token))
 
 
 def pull_entry(name: str, entries: Path, *, repo_id: str | None = None, revision: str | None = None,
                token: str | bool | None = None) -> Path:
-    """Fetch and verify entry `name`, then copy it into `entries/name` atomically."""
-    source = fetch_entry(name, repo_id=repo_id, revision=revision, token=token)
-    return install_entry(source, entries / name)
+    """Fetch, verify and check entry `name`, then install it into `entries/name`."""
+    return pull_entries([name], entries, repo_id=repo_id, revision=revision, token=token)[0].path
 
 
 def list_remote_entries(*, repo_id: str | None = None, revision: str | None = None,
@@ -203,7 +315,8 @@ def list_remote_entries(*, repo_id: str | None = None, revision: str | None = No
     s = settings(repo_id, revision, token=token)
     with hub_errors(s, "listing entries"):
         info = _api(s).repo_info(s.repo_id, revision=s.revision, token=s.token)
-    return remote_entries([f.rfilename for f in info.siblings or []])
+    check_commit(info.sha, "listing entries")
+    return remote_entries([str(f.rfilename) for f in info.siblings or []])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -231,6 +344,7 @@ def push_entries(entry_dirs: Sequence[Path], *, repo_id: str | None = None, revi
 
     from zoo.benchmark import entry_row, merge_rows, table_files
     from zoo.card import render_benchmark_card
+    from zoo.entry import read_checked
 
     if not entry_dirs:
         raise HubError("nothing to push")
@@ -238,12 +352,16 @@ def push_entries(entry_dirs: Sequence[Path], *, repo_id: str | None = None, revi
     if s.offline:
         raise HubError("cannot push with HF_HUB_OFFLINE set")
     start = time.perf_counter()
-    manifests = {d.name: verify_entry(d) for d in entry_dirs}  # never publish a broken entry
+    for d in entry_dirs:
+        check_entry_name(d.name)
+    manifests = {d.name: verify_entry(d) for d in entry_dirs}  # never publish a broken entry:
+    for d in entry_dirs:  # verified files, and contents a pull would accept
+        read_checked(d)
     rows = [entry_row(d) for d in entry_dirs]
     api = _api(s)
-    with hub_errors(s, "pushing"):
+    with hub_errors(s, "pushing"), _checked_answers():
         api.create_repo(s.repo_id, exist_ok=True, private=private, token=s.token)
-        parent = api.repo_info(s.repo_id, revision=s.revision, token=s.token).sha
+        parent = check_commit(api.repo_info(s.repo_id, revision=s.revision, token=s.token).sha, "pushing")
         repo_files = api.list_repo_files(s.repo_id, revision=parent, token=s.token)
         table = merge_rows(_remote_rows(api, s, parent, repo_files), rows)
         root_files = table_files(table)

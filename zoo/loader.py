@@ -29,8 +29,11 @@ def load(
 
     source: "auto" (the local zoo root if it holds the entry, else the Hub), "local" or "hub".
     Every file is checked against the sha256 sums in manifest.json before it is parsed; weights come
-    only from safetensors and everything else from JSON. Raises a ZooError subclass with one line
-    saying what was wrong (ArtifactError for a bad entry, HubError for the Hub).
+    only from safetensors and everything else from JSON, and every field is checked (zoo.entry_check:
+    the config is allow-listed, so building the model fetches and runs nothing; the case comes from
+    case.json's contents, never from importing what its id names). Raises a ZooError subclass with
+    one line saying what was wrong (ArtifactError for a bad entry, HubError for the Hub). An entry
+    being replaced by a concurrent install is read whole, old or new (zoo.artifact).
     """
     from zoo.entry import load_entry_dir
     from zoo.errors import ZooError
@@ -46,4 +49,4 @@ def load(
     from zoo.hub import fetch_entry
 
     path: Path = fetch_entry(name, repo_id=repo_id, revision=revision)
-    return load_entry_dir(path)
+    return load_entry_dir(path, name=name)

@@ -25,6 +25,7 @@ def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | 
     """A Target from an Entry, a CompiledCase, a Case or a case id (str / int)."""
     from rasp_programs.case import Case, get_case
     from rasp_programs.compile import CompiledCase, compile_case
+    from zoo.case_json import is_data_only
     from zoo.entry import Entry, load_entry_dir
     from zoo.paths import compiled_dir, entries_dir, zoo_root
 
@@ -37,6 +38,9 @@ def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | 
             raise ValueError("a CompiledCase has no trained model; pass an Entry or a case id")
         return _compiled_target(target)
     if isinstance(target, Entry):
+        if is_data_only(target.case):
+            raise ValueError(f"entry {target.name} has a data-only case (its program is not built in); "
+                             "pass the program as a case id (package.module:function) instead")
         if model == "compiled":
             return _compiled_target(compile_(target.case))
         return _trained_target(target, compile_(target.case))
@@ -46,7 +50,8 @@ def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | 
         if not entry_dir.is_dir():
             raise ValueError(f"no trained entry {case.entry_name} under {entries_dir(base)}; "
                              "train it first or use --model compiled")
-        return _trained_target(load_entry_dir(entry_dir), compile_(case))
+        # the user named the program: it, not the entry's data-only copy, labels the task
+        return _trained_target(load_entry_dir(entry_dir), compile_(case), case=case)
     return _compiled_target(compile_(case))
 
 
@@ -56,6 +61,6 @@ def _compiled_target(compiled: Any) -> Target:
                   reference=compiled.model)
 
 
-def _trained_target(entry: Any, compiled: Any) -> Target:
+def _trained_target(entry: Any, compiled: Any, case: Any = None) -> Target:
     return Target(name=entry.name, which="trained", model=entry.model, truth=entry.circuit.promoted(),
-                  case=entry.case, encoding=entry.encoding, reference=compiled.model, path=str(entry.path))
+                  case=entry.case if case is None else case, encoding=entry.encoding, reference=compiled.model, path=str(entry.path))

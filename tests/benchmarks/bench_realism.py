@@ -23,6 +23,7 @@ MAIN_CASES = "3,4,8,11,13,18,19,20,21,26,29,33,34,35,36,37"
 def run_case(case_id: str, seed: int, root: Path, overrides: dict) -> dict:
     import torch
 
+    from eval.metrics import roc
     from rasp_programs.case import get_case
     from rasp_programs.compile import compile_case
     from siit.config import TrainConfig
@@ -44,6 +45,8 @@ def run_case(case_id: str, seed: int, root: Path, overrides: dict) -> dict:
         "max_out_effect": v["max_out_of_circuit_effect"],
         "max_out_effect_by_shape": v["max_out_of_circuit_effect_by_shape"],
         "min_in_resample": v["min_in_circuit_resample_effect"],
+        "patching_auroc": roc({n["node"]: n["resample"] for n in v["node_effects"]},
+                              {n["node"] for n in v["node_effects"] if n["in_circuit"]}).auroc,
         "separation": {k: round(x["separation"], 3) for k, x in r["heuristics"].items()},
         "max_separation": round(r["max_separation"], 3),
         "variance_floor_ratio": round(r["variance_floor_ratio"], 3),

@@ -30,9 +30,12 @@ def register(sub: argparse._SubParsersAction) -> None:
          "benchmark card regenerated. Each entry is verified against its sha256 sums first."),
         ("pull", "download entries from a Hugging Face Hub repository into the local root",
          "Download an entry (or --all) into the Hugging Face cache, refuse anything that is not "
-         "safetensors / JSON / the card, verify every sha256, then install it into the local zoo "
-         "root atomically (a failure leaves nothing half-written). HF_HUB_OFFLINE=1 pulls from "
-         "the cache."),
+         "safetensors / JSON / the card, verify every sha256, check every file (config fields "
+         "allow-listed and bounded, tensors against the config and finite, circuit inside the "
+         "model's graph, folder name against case id) and run the model on its case's inputs "
+         "against validation.json's accuracy; only then install it into the local zoo root "
+         "atomically. With --all, nothing is installed unless every entry passes. "
+         "HF_HUB_OFFLINE=1 pulls from the cache."),
     ):
         p = sub.add_parser(verb, help=help_text, description=description)
         p.add_argument("kind", nargs="?", choices=("case", "planted"), help="what kind of entry")
@@ -100,21 +103,24 @@ def run_push(args: argparse.Namespace) -> int:
 def run_pull(args: argparse.Namespace) -> int:
     import time
 
-    from zoo.hub import list_remote_entries, pull_entry
+    from zoo.hub import check_revision, list_remote_entries, pull_entries
     from zoo.paths import entries_dir, zoo_root
 
     start = time.perf_counter()
+    if args.revision is not None:
+        check_revision(args.revision)  # before any request or write
     entries = entries_dir(zoo_root(args.root))
     names = _names(args)
     if names is None:
         names = list_remote_entries(repo_id=args.repo_id, revision=args.revision)
-    paths = [pull_entry(name, entries, repo_id=args.repo_id, revision=args.revision) for name in names]
-    result = {"entries": names, "paths": [str(p) for p in paths], "seconds": round(time.perf_counter() - start, 3)}
+    pulled = pull_entries(names, entries, repo_id=args.repo_id, revision=args.revision)
+    result = {"entries": names, "paths": [str(p.path) for p in pulled],
+              "checks": {p.name: p.describe() for p in pulled}, "seconds": round(time.perf_counter() - start, 3)}
     if args.json:
         print(json.dumps(result, indent=1))
     else:
-        for name, path in zip(names, paths):
-            print(f"pulled {name} -> {path} (verified)")
+        for p in pulled:
+            print(f"pulled {p.name} -> {p.path} (verified: {p.describe()})")
     if not names:
         print("the repository holds no entries", file=sys.stderr)
     return 0

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import shutil
 import sys
@@ -86,6 +87,10 @@ def _check_args(args: argparse.Namespace) -> None:
     """Bad numbers are bad input before anything is imported or written."""
     from zoo.errors import ZooError
 
+    for flag in ("lr", "strict_weight", "criterion"):  # NaN / inf is never a training option
+        value = getattr(args, flag, None)
+        if value is not None and not math.isfinite(value):
+            raise ZooError(f"--{flag.replace('_', '-')} must be a finite number, got {value}")
     if args.lr is not None and not args.lr > 0:
         raise ZooError(f"--lr must be > 0, got {args.lr}")
     for flag in ("batch_size", "epochs", "threads"):
@@ -159,8 +164,8 @@ def run_train(args: argparse.Namespace) -> int:
     finally:
         bar.close()
     validation = validate_model(result.model, result.evaluator)
-    _write(dest, compiled, result=result, validation=validation,
-           command=["zoo", *sys.argv[1:]] if sys.argv else None)
+    dest = _write(dest, compiled, result=result, validation=validation,
+                  command=["zoo", *sys.argv[1:]] if sys.argv else None)
     shutil.rmtree(checkpoint_dir, ignore_errors=True)
     summary = _summary(case, dest, result, validation)
     if args.json:
@@ -175,9 +180,12 @@ def run_train(args: argparse.Namespace) -> int:
     return 0
 
 
-def _write(dest: Path, compiled, *, result, validation, command) -> None:
+def _write(dest: Path, compiled, *, result, validation, command) -> Path:
+    """Write the entry and return where: `dest`, unless this run missed its criterion and `dest`
+    holds an entry that met it; then beside it (`case-33.failed/`, not an entry name), and the
+    good entry is kept. NaN anywhere in the files is refused (zoo.artifact), nothing written."""
     from siit.export import case_json, circuit_json, training_json
-    from zoo.artifact import write_entry
+    from zoo.artifact import FAILED_SUFFIX, write_entry
     from zoo.card import render_model_card
 
     files = {
@@ -190,7 +198,25 @@ def _write(dest: Path, compiled, *, result, validation, command) -> None:
     readme = render_model_card(name=dest.name, config=files["config.json"], circuit=files["circuit.json"],
                                case=files["case.json"], training=files["training.json"],
                                validation=validation)
+    if not result.met_criterion and _met_criterion(dest):
+        kept, dest = dest, dest.with_name(dest.name + FAILED_SUFFIX)
+        print(f"zoo: kept the entry in {kept} (it met its criterion); this run's entry goes to {dest}",
+              file=sys.stderr)
     write_entry(dest, state_dict=result.model.state_dict(), json_files=files, readme=readme)
+    return dest
+
+
+def _met_criterion(entry_dir: Path) -> bool:
+    """Whether `entry_dir` holds a readable entry whose training met its criterion."""
+    from zoo.artifact import ArtifactError, read_entry
+
+    if not entry_dir.is_dir():
+        return False
+    try:
+        training = read_entry(entry_dir).json("training.json")
+    except ArtifactError:
+        return False  # no usable entry there: nothing better to keep
+    return bool(training and training.get("met_criterion") is True)
 
 
 def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, Any]:
@@ -282,13 +308,19 @@ def run_validate(args: argparse.Namespace) -> int:
     m = validation["metrics"]
     out = {"entry": str(dest), "accuracy": m["accuracy"], "iia": m["iia"], "siia_min": m["siia_min"],
            "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],
-           "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"]}
+           "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
+           "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
+           "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
         print(f"{dest.name}: accuracy {m['accuracy']:.4f}  IIA {m['iia']:.4f}  SIIA min {m['siia_min']:.4f}")
+        print(f"  per node, the largest effect over {', '.join(validation['input_shapes'])} inputs:")
         for row in validation["node_effects"]:
             flag = "in " if row["in_circuit"] else "out"
             print(f"  {row['node']:7s} {flag}  resample {row['resample']:.3f}  mean {row['mean']:.3f}  "
                   f"zero {row['zero']:.3f}")
+        sep = {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}
+        print(f"  circuit vs size (separation, 0.5 = chance): output norm {sep['output_norm']:.2f}, "
+              f"output variance {sep['output_variance']:.2f}, weight norm {sep['weight_norm']:.2f}")
     return 0

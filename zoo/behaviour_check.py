@@ -1,0 +1,132 @@
+"""A checked entry -> evidence that its model does what its files claim: a forward pass on the
+case's own inputs, compared with the compiled program and with validation.json's accuracy.
+
+`zoo pull` runs this before an entry enters the zoo root. The model runs in siit's pure-torch
+Transformer (TransformerLens-equivalent, and no TransformerLens import). For a built-in case the
+labels come from the Tracr-compiled program (rasp_programs.compile, cached under the zoo root),
+the entry's encoding must be the compiled one and its circuit must be the compiled graph (mapped
+through the entry's correspondence, if it has one). A data-only case (zoo.case_json) has no
+program, so its outputs can only be checked to be finite; the report says so.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any
+
+from zoo.artifact import ArtifactError
+from zoo.case_json import canon, is_data_only
+from zoo.entry_check import CheckedEntry, recorded_accuracy
+
+N_INPUTS = 256
+SEED = 1_234_567  # not a seed training uses for its data, so the inputs are held out in practice
+DEFAULT_TOLERANCE = 0.05  # regression outputs agree within this (siit.config's default)
+
+
+@dataclasses.dataclass(frozen=True)
+class BehaviourCheck:
+    """What the forward pass showed."""
+
+    n_inputs: int
+    measured: float | None
+    """Accuracy against the compiled program (mean of padded and unpadded inputs); None: no program."""
+    recorded: float | None
+    """validation.json's accuracy."""
+
+    def describe(self) -> str:
+        if self.measured is None:
+            return (f"outputs finite on {self.n_inputs} inputs; accuracy not checked: a data-only case has "
+                    "no program to compare with")
+        return (f"accuracy {self.measured:.4f} on {self.n_inputs} inputs vs the compiled program "
+                f"(validation.json: {self.recorded:.4f})")
+
+
+def tolerance(recorded: float, n_positions: int) -> float:
+    """How far a fresh sample's accuracy may sit from the recorded one: 0.02 for the different mix
+    of input shapes, plus three binomial standard deviations."""
+    var = max(recorded * (1 - recorded), 1.0 / max(n_positions, 1))
+    return 0.02 + 3 * math.sqrt(var / max(n_positions, 1))
+
+
+def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_accuracy: bool = True) -> BehaviourCheck:
+    """Run the entry's model on its case's inputs; ArtifactError if it disagrees with its files."""
+    import torch
+
+    from siit.losses import agree, predictions, targets_from_logits
+    from siit.transformer import Transformer
+
+    label = entry.name
+    recorded = recorded_accuracy(entry.validation) if entry.validation is not None else None
+    if require_accuracy and not isinstance(recorded, float):
+        raise ArtifactError(f"entry {label}: validation.json with metrics.accuracy is needed to check the model")
+    seqs = entry.case.sample(N_INPUTS, SEED)
+    tokens, mask = entry.encoding.encode(seqs)
+    labelled = mask.bool().clone()
+    labelled[:, 0] = False
+    model = Transformer.from_state_dict(entry.config, entry.state_dict)
+    with torch.no_grad():
+        shapes = [model(tokens, mask)[0], model(tokens, mask, present=mask.bool())[0]]  # padded, unpadded
+    if not all(bool(torch.isfinite(out[labelled]).all()) for out in shapes):
+        raise ArtifactError(f"entry {label}: the model outputs NaN or infinite values on its case's inputs")
+    if is_data_only(entry.case):
+        return BehaviourCheck(N_INPUTS, None, recorded if isinstance(recorded, float) else None)
+    compiled = _compiled(entry, compile_cache)
+    if canon(compiled.encoding.to_json()) != canon(entry.encoding.to_json()):
+        raise ArtifactError(f"entry {label}: its encoding differs from the compiled case {entry.case.id}'s")
+    _check_circuit(entry, compiled)
+    high = Transformer.from_state_dict(compiled.config, compiled.state_dict)
+    with torch.no_grad():
+        labels = targets_from_logits(high(tokens, mask)[0], entry.case.task_kind)
+    tol = _regression_tolerance(entry.training)
+    accs = [float(agree(predictions(out, entry.case.task_kind), labels, entry.case.task_kind, tol)[labelled]
+                  .float().mean()) for out in shapes]
+    measured = sum(accs) / len(accs)
+    if isinstance(recorded, float):
+        allowed = tolerance(recorded, int(labelled.sum()))
+        if abs(measured - recorded) > allowed:
+            raise ArtifactError(
+                f"entry {label}: its model's accuracy on {N_INPUTS} inputs of case {entry.case.id} is "
+                f"{measured:.4f}, validation.json records {recorded:.4f} (tolerance {allowed:.3f}); refused")
+    return BehaviourCheck(N_INPUTS, measured, recorded if isinstance(recorded, float) else None)
+
+
+def _compiled(entry: CheckedEntry, compile_cache: Path | None) -> Any:
+    from rasp_programs.compile import CompileError, compile_case
+
+    try:
+        return compile_case(entry.case, compile_cache)
+    except CompileError as exc:
+        raise ArtifactError(f"entry {entry.name}: cannot compile its case to check it ({exc})") from None
+
+
+def _check_circuit(entry: CheckedEntry, compiled: Any) -> None:
+    """The entry's circuit must be the compiled graph, mapped through its correspondence if any."""
+    from siit.correspondence import Correspondence, NodeLayout
+
+    graph, data = compiled.graph, entry.circuit_json
+    expected = graph
+    if "correspondence" in data:
+        corr = data["correspondence"]
+        if set(corr) != set(graph.nodes):
+            raise ArtifactError(f"entry {entry.name}: circuit.json's correspondence does not cover the nodes "
+                                f"of case {entry.case.id}'s compiled graph")
+        try:
+            expected = Correspondence(
+                mapping={n: tuple(corr[n]) for n in graph.nodes},
+                high=NodeLayout(compiled.config["n_layers"], compiled.config["n_heads"]),
+                low=NodeLayout(entry.config["n_layers"], entry.config["n_heads"]),
+            ).map_circuit(graph)
+        except (ValueError, KeyError) as exc:
+            raise ArtifactError(f"entry {entry.name}: circuit.json's correspondence is invalid ({exc})") from None
+    if set(entry.circuit.nodes) != set(expected.nodes) or set(entry.circuit.edges) != set(expected.edges):
+        raise ArtifactError(f"entry {entry.name}: circuit.json is not case {entry.case.id}'s ground truth "
+                            "(nodes or edges differ from the compiled program's graph)")
+
+
+def _regression_tolerance(training: dict[str, Any] | None) -> float:
+    config = training.get("config") if isinstance(training, dict) else None
+    value = config.get("regression_tolerance") if isinstance(config, dict) else None
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and 0 < value <= 1
+    return float(value) if ok else DEFAULT_TOLERANCE

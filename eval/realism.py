@@ -8,7 +8,7 @@ AUROC against the circuit is reported with its *separation* max(AUROC, 1 - AUROC
 ranks the out-of-circuit nodes first gives the circuit away just as well.
 
 Layouts follow TransformerLens: activations are per node [batch, pos, d_model] (a head's
-`hook_result` slice, an MLP's `hook_mlp_out`), weights come from a TL state dict.
+`hook_z[:, :, h] @ W_O[h]`, an MLP's `hook_mlp_out`), weights come from a TL state dict.
 Pure torch; imports no other package of the project but eval's own metrics.
 """
 

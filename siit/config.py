@@ -119,9 +119,9 @@ class TrainConfig:
     distractor_weight: float = 1.0
     """Weight of the distractor loss (mean over nodes of MSE / target variance)."""
     distractor_spread: float = 2.2
-    """Each busy node's target variance (and squared offset) is the circuit nodes' running median
+    """Each busy node's target variance (and squared mean output norm) is the circuit nodes' running median
     times a factor stratified over a span of spread² with the median at a quantile q drawn from
-    siit.distractors.CIRCUIT_BAND (<= 0.7): the smallest factor, spread^(-2q) >= 0.33, keeps every
+    siit.distractors.CIRCUIT_BAND (<= 0.6): the smallest factor, spread^(-2q) >= 0.38, keeps every
     busy node's variance above a quarter of the circuit's."""
     distractor_r2: float = 0.9
     """Training also needs every distractor's R² on validation data >= this before it stops."""

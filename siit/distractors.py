@@ -7,10 +7,14 @@ out-of-circuit node therefore gets a distractor: a scalar function of the input 
 output must encode along a learned unit direction (a linear probe trained with the model). Heads
 copy a token feature from 1 or 2 positions back or average it over the input; MLPs compute a
 nonlinear function of the token and its position. How loud each busy node is follows the circuit:
-a running estimate of the circuit nodes' output variance and squared mean (the reference) times
-per-node factors stratified over a span of spread² (one for the variance, one for a constant offset)
-with the reference at a quantile drawn from CIRCUIT_BAND, so that the circuit nodes rank mid-pack in
-loudness rather than at either end, whatever the task makes them. Circuit nodes also get a ceiling on their rms output norm: without it SIIT makes
+a running estimate of the circuit nodes' output variance and mean output norm (the reference:
+the two quantities eval.realism ranks nodes by) times per-node factors stratified over a span of
+spread² (one for the variance, one for the squared mean norm, which a constant offset of the target
+sets) with the reference at a quantile drawn from CIRCUIT_BAND, so that the circuit nodes rank
+mid-pack in loudness rather than at either end, whatever the task makes them. The norm is matched,
+not the squared mean: at equal rms a node with a large constant part has a larger mean norm than a
+node that varies around zero (case 19's circuit MLPs were louder by mean norm than 10 of 11 busy
+nodes whose variance and squared mean matched theirs). Circuit nodes also get a ceiling on their rms output norm: without it SIIT makes
 them ever louder (REFERENCE.md, realism prototype).
 The distractors live in training only; the entry records what each node was given to compute.
 """
@@ -44,7 +48,8 @@ class Distractor:
     variance_factor: float
     """Target variance / the circuit's reference variance."""
     offset_factor: float
-    """Squared constant offset of the target / the circuit's reference squared mean."""
+    """(Target mean absolute value / the circuit's reference mean output norm)²; the target's
+    constant offset is solved for it (offsets_for_norm)."""
     feature: tuple[float, ...]
     """A scalar feature per token id (BOS and PAD included), drawn with the seed."""
     position_code: tuple[float, ...]
@@ -56,16 +61,20 @@ class Distractor:
 
 
 def stratified(n: int, spread: float, rng: np.random.Generator, quantile: float = 0.5) -> np.ndarray:
-    """n factors, log-evenly spaced (jittered within their strata) and shuffled, such that a fraction
-    `quantile` of them lies below 1 and the span is spread² wide: the reference value 1 sits at that
-    quantile of any set of them (0.5: the middle of [1/spread, spread])."""
+    """n factors, shuffled, at the centres of n + 1 log-even strata spanning about spread², with the
+    stratum of the reference value 1 left empty: round(quantile x n) of them lie below 1, and none
+    lies within one stratum of it (a factor of spread^(2/(n+1))). The gap keeps a reference node's
+    rank where it was put: jittered factors can land next to 1, and then a few per cent of training
+    noise moves the node past several others."""
     if n == 0:
         return np.zeros(0)
-    u = (np.arange(n) + rng.uniform(0.0, 1.0, n)) / n
-    return np.exp((2.0 * u - 2.0 * quantile) * np.log(spread))[rng.permutation(n)]
+    k = int(round(quantile * n))
+    strata = np.concatenate([np.arange(k), np.arange(k + 1, n + 1)])
+    u = (strata - k) / (n + 1)  # the reference at the centre of stratum k
+    return np.exp(2.0 * u * np.log(spread))[rng.permutation(n)]
 
 
-CIRCUIT_BAND = (0.3, 0.7)
+CIRCUIT_BAND = (0.4, 0.6)
 """Where the circuit's reference sits among the busy nodes, as a quantile drawn per model: inside
 the band every size heuristic ranks the circuit mid-pack (the realism bound), and where in the band
 is random, so a circuit is not simply the median node."""
@@ -76,8 +85,10 @@ def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: 
     """One distractor per node, drawn reproducibly from `seed`."""
     rng = np.random.default_rng([seed, 0x5EED])
     head_kinds = [("previous_token", 1), ("previous_token", 2), ("running_mean" if causal else "input_mean", 0)]
+    # one factor per node for both: a node quiet by norm is quiet in variance too, so the offset
+    # that gives its norm exists (at a large variance and a small norm it would not)
     variance = stratified(len(nodes), spread, rng, rng.uniform(*CIRCUIT_BAND))
-    offset2 = stratified(len(nodes), spread, rng, rng.uniform(*CIRCUIT_BAND))
+    offset2 = variance
     out = []
     for i, node in enumerate(nodes):
         if node.startswith("m"):
@@ -110,6 +121,39 @@ def raw_targets(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torc
     return (feat - code[None, :]).abs()
 
 
+def bos_quiet(z: torch.Tensor, causal: bool) -> torch.Tensor:
+    """z [..., T], with 0 at BOS (position 0) in a causal model: there a target is its constant
+    offset. A causal node at BOS cannot see the input, and eval.realism counts BOS like every real
+    position, so the node's output there must be as loud as the rest of the target without
+    varying (as the circuit's does not vary there either). Bidirectional BOS sees the input."""
+    if not causal:
+        return z
+    z = z.clone()
+    z[..., 0] = 0.0
+    return z
+
+
+Z_SAMPLE = 4096
+"""Standardised target values kept per distractor to solve its offset on."""
+
+
+def offsets_for_norm(z: torch.Tensor, scale: torch.Tensor, norm: torch.Tensor, iters: int = 40) -> torch.Tensor:
+    """[D] offsets o with mean |o + scale z| = norm over each row of z [D, N] (scale, norm [D]).
+
+    mean |o + scale z| is convex in o with its minimum at o* = -scale median(z) and grows without
+    bound above it, so bisection on [o*, o* + norm + scale mean|z| + |o*|] finds the root; a norm
+    below the minimum gets o* (the quietest the target can be at that variance)."""
+    if z.numel() == 0:
+        return norm.clone()
+    lo = -scale * z.median(dim=1).values
+    hi = lo + lo.abs() + norm + scale * z.abs().mean(1) + 1e-6
+    for _ in range(iters):
+        mid = (lo + hi) / 2
+        above = (mid[:, None] + scale[:, None] * z).abs().mean(1) > norm
+        hi, lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
+    return (lo + hi) / 2
+
+
 @dataclasses.dataclass(frozen=True)
 class DistractorTargets:
     """Standardised, scaled targets of every distractor on a fixed token set."""
@@ -121,10 +165,16 @@ class DistractorTargets:
     """[D, T]: mean of each raw target per position on the training inputs."""
     spread: torch.Tensor
     """[D, T]: standard deviation of each raw target per position on the training inputs."""
+    z_sample: torch.Tensor
+    """[D, N]: standardised targets at real positions of the training inputs (at most
+    Z_SAMPLE of them, evenly spaced): the distribution the offsets are solved on."""
+    causal: bool
+    """Causal attention: targets are constant at BOS (bos_quiet)."""
 
     @classmethod
     def fit(cls, distractors: tuple[Distractor, ...], slots: list[tuple[int, int]],
-            tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor) -> DistractorTargets:
+            tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, *,
+            causal: bool) -> DistractorTargets:
         """Per-position standardisation: every position's target varies across inputs with the
         node's scale (a running mean's spread shrinks along the input; standardised, it does not)."""
         w = positions.to(torch.float32)  # [B, T]
@@ -136,16 +186,24 @@ class DistractorTargets:
         overall = raw[:, positions].std(1, keepdim=True) if distractors else torch.zeros(0, 1)
         # a position where the target never varies keeps the global spread (its target is constant)
         spread = torch.where(spread > 1e-3 * overall, spread, overall).clamp(min=1e-6)
-        return cls(distractors, torch.tensor(slots, dtype=torch.long).reshape(-1, 2), shift, spread)
+        z = bos_quiet((raw - shift[:, None]) / spread[:, None], causal)[:, positions]  # [D, P]
+        z = z[:, torch.linspace(0, z.shape[1] - 1, min(Z_SAMPLE, z.shape[1])).long()] if z.shape[1] else z
+        return cls(distractors, torch.tensor(slots, dtype=torch.long).reshape(-1, 2), shift, spread, z, causal)
+
+    def wanted_norms(self, reference: torch.Tensor) -> torch.Tensor:
+        """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]."""
+        return torch.tensor([d.offset_factor for d in self.distractors]).sqrt() * reference[1]
 
     def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
         """[D, B, T] targets: per-position standardised raw targets with variance
-        variance_factor x reference[0] and a constant offset sqrt(offset_factor x reference[1])."""
-        var = torch.tensor([d.variance_factor for d in self.distractors]) * reference[0]
-        off = (torch.tensor([d.offset_factor for d in self.distractors]) * reference[1]).sqrt()
+        variance_factor x reference[0], plus the constant offset that makes their mean absolute
+        value sqrt(offset_factor) x reference[1] on the training inputs."""
+        scale = (torch.tensor([d.variance_factor for d in self.distractors]) * reference[0]).sqrt()
+        off = offsets_for_norm(self.z_sample, scale, self.wanted_norms(reference))
+        var = scale ** 2
         raw = torch.stack([raw_targets(d, tokens, mask) for d in self.distractors])
         T = tokens.shape[1]
-        z = (raw - self.shift[:, None, :T]) / self.spread[:, None, :T]
+        z = bos_quiet((raw - self.shift[:, None, :T]) / self.spread[:, None, :T], self.causal)
         return z * var.sqrt()[:, None, None] + off[:, None, None]
 
 
@@ -166,8 +224,8 @@ def distractor_loss(pred: torch.Tensor, target: torch.Tensor, positions: torch.T
 
 
 def loudness(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """[2]: median over the given nodes of (output variance across inputs, squared norm of the mean
-    output), per position and averaged over input positions (as eval.realism measures them)."""
+    """[2]: median over the given nodes of (output variance across inputs, per position and averaged
+    over input positions; mean output norm over input positions), as eval.realism measures them."""
     node_out = acts[slots[:, 0], :, :, slots[:, 1]].detach()  # [C, B, T, d]
     w = positions.to(node_out.dtype)
     count = w.sum(0).clamp(min=1.0)  # [T]
@@ -175,8 +233,8 @@ def loudness(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -
     var = (((node_out - mean[:, None]) ** 2).sum(-1) * w).sum(1) / count  # [C, T]
     keep = w.sum(0) >= 2
     per_var = (var[:, keep] * count[keep]).sum(1) / count[keep].sum()
-    per_mean2 = ((mean[:, keep] ** 2).sum(-1) * count[keep]).sum(1) / count[keep].sum()
-    return torch.stack([per_var.quantile(0.5), per_mean2.quantile(0.5)])
+    per_norm = (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1.0)
+    return torch.stack([per_var.quantile(0.5), per_norm.quantile(0.5)])
 
 
 def r_squared(pred: torch.Tensor, target: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -185,6 +243,21 @@ def r_squared(pred: torch.Tensor, target: torch.Tensor, positions: torch.Tensor)
     ss_res = ((t - p) ** 2).sum(1)
     ss_tot = ((t - t.mean(1, keepdim=True)) ** 2).sum(1).clamp(min=1e-12)
     return 1.0 - ss_res / ss_tot
+
+
+def norm_match_loss(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
+                    wanted: torch.Tensor) -> torch.Tensor:
+    """Mean over the given nodes of (mean output norm / wanted - 1)², norms over `positions` [B, T].
+
+    The distractor fixes only the projection on the node's direction; what the node writes beside
+    it adds norm, which this keeps from making the node louder than its factor says (measured on
+    the same batch as the circuit's reference, so both see the same inputs)."""
+    if slots.numel() == 0:
+        return acts.new_zeros(())
+    w = positions.to(acts.dtype)
+    node_out = acts[slots[:, 0], :, :, slots[:, 1]]  # [D, B, T, d]
+    norm = (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1.0)
+    return ((norm / wanted.clamp(min=1e-6) - 1.0) ** 2).mean()
 
 
 def norm_ceiling_loss(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, ceiling: float) -> torch.Tensor:

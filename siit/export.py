@@ -56,7 +56,9 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
             "head_rescale": result.head_scales,
             "notes": "Each out-of-circuit node was trained to encode its distractor (a scalar function "
                      "of the input) along a learned unit direction of its own output, while strictness kept "
-                     "it irrelevant to the task; circuit nodes had an rms output-norm ceiling "
+                     "it irrelevant to the task; its target's variance and mean absolute value were the "
+                     "circuit nodes' running medians of output variance and mean output norm times "
+                     "variance_factor and sqrt(offset_factor). Circuit nodes had an rms output-norm ceiling "
                      "(config.circuit_norm_ceiling). After training, each head's Q/K and V/O pairs were "
                      "rescaled by opposite factors (head_rescale: [qk, vo]), which changes no output.",
         },

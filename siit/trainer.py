@@ -36,7 +36,7 @@ from siit.correspondence import Correspondence, low_level_config, make_correspon
 from siit.data import (SHAPES, Dataset, case_seed, epoch_order, make_dataset, pair_sources, present_mask, random_pads_kept,
                        resolve_pairing, step_generator, with_shapes)
 from siit.distractors import (DistractorTargets, distractor_loss, loudness, make_distractors, norm_ceiling_loss,
-                              r_squared, readout)
+                              norm_match_loss, r_squared, readout)
 from siit.interventions import interchange
 from siit.losses import output_loss, targets_from_logits
 from siit.metrics import Evaluator, meets_criterion
@@ -120,7 +120,7 @@ class _Trainee(nn.Module):
         self.model = model
         self.probes = nn.Parameter(torch.zeros(n_probes, model.d_model))
         self.register_buffer("reference", torch.zeros(2))
-        """(output variance, squared mean) of the median circuit node, a running average."""
+        """(output variance, mean output norm) of the median circuit node, a running average."""
 
     @torch.no_grad()
     def track(self, measured: torch.Tensor, momentum: float = 0.9) -> None:
@@ -154,7 +154,7 @@ def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig())
         spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
                                 causal=causal, seed=per_case, spread=config.distractor_spread)
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
-                                        train_set.tokens, train_set.mask, train_set.label_mask)
+                                        train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
     circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long).reshape(-1, 2)
     return _Setup(high, low_config, corr, train_set, evaluator, corr.high_masks(), corr.low_masks(),
                   corr.low.mask(corr.non_aligned), pairing, final, config.input_shapes and not causal,
@@ -304,7 +304,8 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
     targets = {"iit": iit_target, "strict": labels, "behavior": labels}
     masks = {"iit": iit_mask, "strict": strict_mask, "behavior": torch.zeros_like(iit_mask)}
     parts = [k for k, w in weights.items() if w > 0]
-    src = (d.tokens[sources], d.mask[sources], src_present, d.label_mask[sources])
+    # realism losses count every real position, BOS included, as eval.realism does
+    src = (d.tokens[sources], d.mask[sources], src_present, d.mask[sources].bool())
     out: dict[str, float] = {}
     groups = [parts] if config.scheme == "apph" else [[p] for p in parts]  # alg1: one update per loss
     for group in groups:
@@ -342,6 +343,7 @@ def _source_run(trainee: _Trainee, s: _Setup, config: TrainConfig, tokens: torch
         trainee.track(loudness(acts, s.circuit_slots, positions))
         target = s.targets(tokens, mask, trainee.reference)
         d_loss = distractor_loss(readout(acts, s.targets.slots, trainee.probes), target, positions)
+        d_loss = d_loss + norm_match_loss(acts, s.targets.slots, positions, s.targets.wanted_norms(trainee.reference))
         c_loss = norm_ceiling_loss(acts, s.circuit_slots, positions, config.circuit_norm_ceiling)
         out["distractor"], out["norm_ceiling"] = float(d_loss.detach()), float(c_loss.detach())
         aux = config.distractor_weight * d_loss + c_loss

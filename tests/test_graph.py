@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from eval.circuit import INPUT, LOGITS, Circuit, node_sort_key, parse_node
+from eval.hooks import adapt
 from rasp_programs.case import builtin_case_ids
 from rasp_programs.graph import component_reads_writes
 
@@ -61,25 +62,13 @@ def test_every_graph_node_changes_the_output_when_resampled(case_id, compiled):
     source = c.case.sample(256, seed=2)
     b_tok, b_mask = c.encoding.encode(base)
     s_tok, s_mask = c.encoding.encode(source)
+    adapter = adapt(model)
     with torch.no_grad():
-        clean = c.encoding.decode(model(b_tok, attention_mask=b_mask), [len(s) for s in base])
-        _, cache = model.run_with_cache(s_tok, attention_mask=s_mask)
+        clean = c.encoding.decode(adapter.forward(b_tok, b_mask), [len(s) for s in base])
+        reference = adapter.outputs(s_tok, s_mask, c.graph.nodes)
     for node in c.graph.nodes:
-        parsed = parse_node(node)
-        if parsed.kind == "head":
-            name = f"blocks.{parsed.layer}.attn.hook_result"
-
-            def hook(act, hook, h=parsed.head, name=name):
-                act[:, :, h] = cache[name][:, :, h]
-                return act
-        else:
-            name = f"blocks.{parsed.layer}.hook_mlp_out"
-
-            def hook(act, hook, name=name):
-                return cache[name].clone()
-
-        with torch.no_grad():
-            logits = model.run_with_hooks(b_tok, attention_mask=b_mask, fwd_hooks=[(name, hook)])
+        with torch.no_grad():  # every reader of `node` sees its output on the source input
+            logits = adapter.run(b_tok, b_mask, reference=reference, nodes={node: 1.0}).logits
         patched = c.encoding.decode(logits, [len(s) for s in base])
         if c.case.task_kind == "regression":
             changed = sum(any(abs(a - b) > 0.05 for a, b in zip(x, y)) for x, y in zip(patched, clean))

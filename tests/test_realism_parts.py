@@ -9,12 +9,14 @@ import math
 import numpy as np
 import pytest
 import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from eval.realism import NodeStats, activation_stats, heuristic_aurocs, node_weights, variance_floor_ratio
 from eval.tlens import hooked_config
 from siit.correspondence import NodeLayout
-from siit.distractors import (Distractor, DistractorTargets, loudness, make_distractors, r_squared, raw_targets,
-                              readout, stratified)
+from siit.distractors import (Distractor, DistractorTargets, loudness, make_distractors, offsets_for_norm,
+                              r_squared, raw_targets, readout, stratified)
 from siit.reparametrize import rescale_heads
 from siit.transformer import Transformer, init_weights
 
@@ -71,9 +73,13 @@ def test_distractor_targets_follow_their_definitions() -> None:
 
 def test_stratified_factors_put_the_reference_in_the_middle() -> None:
     f = stratified(9, 3.0, np.random.default_rng(0))
-    assert f.min() >= 1 / 3 and f.max() <= 3.0
+    assert f.min() >= 1 / 3 and f.max() <= 3.0 + 1e-9
     assert np.median(f) == pytest.approx(1.0, rel=0.3)
     assert (f < 1).sum() in (4, 5)
+    gap = 3.0 ** (2 / 10)  # one stratum: nothing sits closer than that to the reference
+    assert np.abs(np.log(f)).min() >= np.log(gap) - 1e-9
+    for q, below in ((0.4, 4), (0.6, 5), (0.3, 3)):
+        assert (stratified(9, 2.2, np.random.default_rng(1), q) < 1).sum() == below
 
 
 def test_targets_scale_with_the_reference_and_readout_r2() -> None:
@@ -83,12 +89,13 @@ def test_targets_scale_with_the_reference_and_readout_r2() -> None:
     positions = torch.ones_like(tokens, dtype=torch.bool)
     positions[:, 0] = False
     spec = make_distractors(["a0.h0", "m0"], d_vocab=6, n_ctx=6, causal=True, seed=0, spread=3.0)
-    targets = DistractorTargets.fit(spec, [(0, 0), (0, 1)], tokens, mask, positions)
-    y = targets(tokens, mask, torch.tensor([4.0, 1.0]))
+    targets = DistractorTargets.fit(spec, [(0, 0), (0, 1)], tokens, mask, positions, causal=True)
+    # reference (variance 0.25, mean norm 5): every target's mean |y| can reach its norm
+    y = targets(tokens, mask, torch.tensor([0.25, 5.0]))
     for i, d in enumerate(spec):
         per_position_var = y[i][:, 1:].var(0)
-        assert per_position_var.mean().item() == pytest.approx(4.0 * d.variance_factor, rel=0.05)
-        assert y[i][:, 1:].mean().item() == pytest.approx(math.sqrt(d.offset_factor), rel=0.05)
+        assert per_position_var.mean().item() == pytest.approx(0.25 * d.variance_factor, rel=0.05)
+        assert y[i][:, 1:].abs().mean().item() == pytest.approx(5.0 * math.sqrt(d.offset_factor), rel=0.02)
     # a node whose output is exactly target x direction is read perfectly
     direction = torch.zeros(2, 4)
     direction[:, 1] = 3.0  # normalised inside readout
@@ -98,6 +105,20 @@ def test_targets_scale_with_the_reference_and_readout_r2() -> None:
     assert torch.allclose(r_squared(pred, y, positions), torch.ones(2))
     ref = loudness(acts, torch.tensor([[0, 0], [0, 1]]), positions)
     assert ref[0].item() == pytest.approx(float(np.median([y[0][:, 1:].var(0).mean(), y[1][:, 1:].var(0).mean()])), rel=0.02)
+    assert ref[1].item() == pytest.approx(float(np.median([y[0][:, 1:].abs().mean(), y[1][:, 1:].abs().mean()])), rel=0.02)
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.floats(0.1, 3.0), st.floats(0.0, 6.0), st.integers(0, 2**31))
+def test_offsets_for_norm_reach_the_norm_or_the_quietest_offset(scale, norm, seed) -> None:
+    z = torch.from_numpy(np.random.default_rng(seed).exponential(1.0, (1, 2000)) - 1.0).float()  # skewed, mean 0
+    o = offsets_for_norm(z, torch.tensor([scale]), torch.tensor([norm]))
+    g = lambda off: float((off + scale * z).abs().mean())  # noqa: E731
+    quietest = g(-scale * float(z.median()))
+    if norm >= quietest:
+        assert g(o) == pytest.approx(norm, abs=1e-3)
+    else:  # below the minimum: the offset that minimises the mean norm
+        assert g(o) == pytest.approx(quietest, abs=1e-3)
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -15,32 +15,28 @@ from siit.trainer import prepare
 from siit.transformer import Transformer
 
 
-def test_high_level_interchange_equals_hooked_transformer_by_hand(compiled) -> None:
-    """IIT targets of the compiled model == TL's compiled model with the node replaced by hand."""
+def test_high_level_interchange_equals_transformer_lens_patching(compiled) -> None:
+    """IIT targets of the compiled model == TL's compiled model with the node replaced through
+    eval.hooks (itself checked against 3.x's own per-head patching in tests/test_tl_hooks.py)."""
+    from eval.hooks import adapt
+
     cc = compiled("3")
     high = Transformer.from_state_dict(cc.config, cc.state_dict)
     data = make_dataset(cc, high, 64, seed=5)
     sources = pair_sources(data.lengths, torch.arange(64), "independent", torch.Generator().manual_seed(1))
-    tl = cc.model
-    for node, (hook, slot) in {"m0": ("blocks.0.hook_mlp_out", None), "a1.h0": ("blocks.1.attn.hook_result", 0)}.items():
+    adapter = adapt(cc.model)
+    for node in ("m0", "a1.h0"):
         layer, s = (0, 1) if node == "m0" else (1, 0)
         mask = torch.zeros(2, 2, dtype=torch.bool)
         mask[layer, s] = True
         ours = interchange(high, data.tokens, data.mask, data.high_acts[:, sources], mask)
-        _, cache = tl.run_with_cache(data.tokens[sources], attention_mask=data.mask[sources])
-
-        def replace(act, hook, name=hook, slot=slot):
-            act = act.clone()
-            if slot is None:
-                return cache[name]
-            act[:, :, slot] = cache[name][:, :, slot]
-            return act
-
         with torch.no_grad():
-            ref = tl.run_with_hooks(data.tokens, attention_mask=data.mask, fwd_hooks=[(hook, replace)])
+            reference = adapter.outputs(data.tokens[sources], data.mask[sources], [node])
+            ref = adapter.run(data.tokens, data.mask, reference=reference, nodes={node: 1.0}).logits
+            clean = adapter.forward(data.tokens, data.mask)
         lm = data.label_mask
         assert torch.allclose(ours[lm], ref[lm], atol=1e-4)
-        assert not torch.allclose(ours[lm], tl(data.tokens, attention_mask=data.mask)[lm], atol=1e-3)
+        assert not torch.allclose(ours[lm], clean[lm], atol=1e-3)
 
 
 def test_node_activations_have_no_gradient_and_patch_is_differentiable(compiled) -> None:

@@ -17,13 +17,8 @@ ROOT = Path(__file__).resolve().parents[1]
 NAMES = re.compile(r"hook_result|hook_[qkv]_input")
 ALLOWED = {"eval/hooks.py", "tests/test_tl_hooks.py", "tests/test_tl_hook_names.py"}
 ALLOWED_DIRS = ("siit/",)
-OTHERS = {
-    "tests/test_graph.py": "checks the compiled graph with 3.x hook_result patching",
-    "tests/test_siit_interventions.py": "compares siit's Patch with 3.x hook_result patching",
-    "eval/realism.py": "docstring",
-    "cards/model_card.md": "tells readers where a head's output is (3.x only)",
-}
-"""Files owned elsewhere that still name the hooks (3.x-only): move them onto eval.hooks."""
+OTHERS: dict[str, str] = {}
+"""Files that still name the hooks and are not yet moved onto eval.hooks (none today)."""
 SKIP_DIRS = {"__pycache__", "node_modules", "venv", "build", "dist"}
 SUFFIXES = {".py", ".md", ".toml", ".json", ".cfg", ".txt", ".yaml", ".yml"}
 

@@ -101,8 +101,10 @@ def test_trained_outside_entry_is_scored_against_the_program_the_user_names(tmp_
     entry_dir = root / "entries" / "case-outside_case-make_case"
     entry = load_entry_dir(entry_dir)
     assert is_data_only(entry.case)
-    with pytest.raises(ValueError, match="data-only"):
-        zoo.resolve_target(entry, root=root)
+    from rasp_programs.case import CaseError
+
+    with pytest.raises(CaseError, match="holds no program"):  # the entry alone: its program is never imported
+        zoo.evaluate(entry, ["random"], root=root, n=32)
     target = zoo.resolve_target("outside_case:make_case", root=root)
     assert target.which == "trained" and not is_data_only(target.case)
     report = zoo.evaluate("outside_case:make_case", ["random"], root=root, n=32)

@@ -25,7 +25,6 @@ def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | 
     """A Target from an Entry, a CompiledCase, a Case or a case id (str / int)."""
     from rasp_programs.case import Case, get_case
     from rasp_programs.compile import CompiledCase, compile_case
-    from zoo.case_json import is_data_only
     from zoo.entry import Entry, load_entry_dir
     from zoo.paths import compiled_dir, entries_dir, zoo_root
 
@@ -38,9 +37,6 @@ def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | 
             raise ValueError("a CompiledCase has no trained model; pass an Entry or a case id")
         return _compiled_target(target)
     if isinstance(target, Entry):
-        if is_data_only(target.case):
-            raise ValueError(f"entry {target.name} has a data-only case (its program is not built in); "
-                             "pass the program as a case id (package.module:function) instead")
         if model == "compiled":
             return _compiled_target(compile_(target.case))
         return _trained_target(target, compile_(target.case))

@@ -59,12 +59,17 @@ def run_case(case_id: str, root: Path, epochs: int | None) -> dict:
         "n_weights": kl["n_weights"],
         "comparison_models": {k: {f: v.get(f) for f in ("met_criterion", "steps", "wall_time_s", "from_cache")}
                               for k, v in report["comparison_models"].items()},
-        "siit_separation": {k: round(v["separation"], 3) for k, v in report["activity"]["siit"]["heuristics"].items()},
-        "tracr_separation": {k: round(v["separation"], 3) for k, v in report["activity"]["tracr"]["heuristics"].items()},
+        "siit_separation": {k: _round(v["separation"]) for k, v in report["activity"]["siit"]["heuristics"].items()},
+        "tracr_separation": {k: _round(v["separation"]) for k, v in report["activity"]["tracr"]["heuristics"].items()},
         "siit_entry_train_s": round(train_s, 1),
         "realism_s": round(time.perf_counter() - start, 1),
         "definition": kl["definition"],
     }
+
+
+def _round(value: float | None) -> float | None:
+    """None (NaN in the report: the circuit is empty or the whole model) stays None."""
+    return None if value is None or value != value else round(value, 3)
 
 
 def main(argv: list[str] | None = None) -> int:

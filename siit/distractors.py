@@ -200,11 +200,21 @@ class DistractorTargets:
         value sqrt(offset_factor) x reference[1] on the training inputs."""
         scale = (torch.tensor([d.variance_factor for d in self.distractors]) * reference[0]).sqrt()
         off = offsets_for_norm(self.z_sample, scale, self.wanted_norms(reference))
-        var = scale ** 2
         raw = torch.stack([raw_targets(d, tokens, mask) for d in self.distractors])
         T = tokens.shape[1]
         z = bos_quiet((raw - self.shift[:, None, :T]) / self.spread[:, None, :T], self.causal)
-        return z * var.sqrt()[:, None, None] + off[:, None, None]
+        return z * scale[:, None, None] + off[:, None, None]
+
+
+def node_outputs(acts: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
+    """[N, B, T, d] outputs of the nodes at `slots` (long [N, 2]: layer, slot) from acts [L, B, T, S, d]."""
+    return acts[slots[:, 0], :, :, slots[:, 1]]
+
+
+def mean_norms(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """[N] mean output norm of each node over `positions` [B, T] (eval.realism's output norm)."""
+    w = positions.to(node_out.dtype)
+    return (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1.0)
 
 
 def readout(acts: torch.Tensor, slots: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
@@ -213,8 +223,7 @@ def readout(acts: torch.Tensor, slots: torch.Tensor, directions: torch.Tensor) -
     acts [L, B, T, S, d]; directions [D, d] (normalised here: the probe cannot add gain, so the
     node's own output must carry the target's scale)."""
     unit = directions / directions.norm(dim=-1, keepdim=True).clamp(min=1e-8)
-    node_out = acts[slots[:, 0], :, :, slots[:, 1]]  # [D, B, T, d]
-    return torch.einsum("dbtk,dk->dbt", node_out, unit)
+    return torch.einsum("dbtk,dk->dbt", node_outputs(acts, slots), unit)
 
 
 def distractor_loss(pred: torch.Tensor, target: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -226,14 +235,14 @@ def distractor_loss(pred: torch.Tensor, target: torch.Tensor, positions: torch.T
 def loudness(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """[2]: median over the given nodes of (output variance across inputs, per position and averaged
     over input positions; mean output norm over input positions), as eval.realism measures them."""
-    node_out = acts[slots[:, 0], :, :, slots[:, 1]].detach()  # [C, B, T, d]
+    node_out = node_outputs(acts, slots).detach()  # [C, B, T, d]
     w = positions.to(node_out.dtype)
     count = w.sum(0).clamp(min=1.0)  # [T]
     mean = (node_out * w[None, ..., None]).sum(1) / count[None, :, None]  # [C, T, d]
     var = (((node_out - mean[:, None]) ** 2).sum(-1) * w).sum(1) / count  # [C, T]
     keep = w.sum(0) >= 2
     per_var = (var[:, keep] * count[keep]).sum(1) / count[keep].sum()
-    per_norm = (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1.0)
+    per_norm = mean_norms(node_out, positions)
     return torch.stack([per_var.quantile(0.5), per_norm.quantile(0.5)])
 
 
@@ -254,9 +263,7 @@ def norm_match_loss(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Te
     the same batch as the circuit's reference, so both see the same inputs)."""
     if slots.numel() == 0:
         return acts.new_zeros(())
-    w = positions.to(acts.dtype)
-    node_out = acts[slots[:, 0], :, :, slots[:, 1]]  # [D, B, T, d]
-    norm = (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1.0)
+    norm = mean_norms(node_outputs(acts, slots), positions)
     return ((norm / wanted.clamp(min=1e-6) - 1.0) ** 2).mean()
 
 
@@ -264,6 +271,6 @@ def norm_ceiling_loss(acts: torch.Tensor, slots: torch.Tensor, positions: torch.
     """Squared excess of each circuit node's rms output norm (over input positions) above `ceiling`."""
     if slots.numel() == 0 or not math.isfinite(ceiling):
         return acts.new_zeros(())
-    node_out = acts[slots[:, 0], :, :, slots[:, 1]][:, positions]  # [C, P, d]
+    node_out = node_outputs(acts, slots)[:, positions]  # [C, P, d]
     rms = node_out.pow(2).sum(-1).mean(-1).sqrt()
     return torch.relu(rms - ceiling).pow(2).mean()

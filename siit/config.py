@@ -132,6 +132,20 @@ class TrainConfig:
     """Train on every input shape (padded to n_ctx, unpadded, partly padded; siit.data.SHAPES) so
     the circuit holds on whatever batch a user builds. Matters for bidirectional attention only,
     where PAD keys are attended; causal models compute the same in every shape."""
+    adaptive: bool = True
+    """When progress stalls, adapt before giving up (siit.adaptation): first draw lagging
+    high-level nodes more often for IIT, then restart the learning rate; when the budget runs out
+    within `reach` of the criterion, extend it. What was done is recorded in training.json."""
+    patience: int = 8
+    """Validations without a new best of the worst judged metric that count as a stall."""
+    stall_tolerance: float = 1e-3
+    """A new best must beat the previous one by more than this."""
+    extension: float = 0.5
+    """Each budget extension adds this fraction of the configured step budget."""
+    max_extensions: int = 2
+    """At most this many extensions."""
+    reach: float = 0.02
+    """Extend only when every judged metric is within this fraction of its target."""
     rescale_heads: bool | None = None
     """After training, rescale each head's Q/K and V/O pairs by opposite factors (the function
     and every node output unchanged) to balanced norms drawn from the range of the model's node
@@ -146,7 +160,7 @@ class TrainConfig:
             raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
         if not self.lr > 0:
             raise ConfigError(f"lr must be > 0, got {self.lr}")
-        for name in ("batch_size", "epochs", "n_train", "n_val", "eval_every"):
+        for name in ("batch_size", "epochs", "n_train", "n_val", "eval_every", "patience"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:
                 raise ConfigError(f"{name} must be a positive integer, got {value!r}")
@@ -173,6 +187,12 @@ class TrainConfig:
             raise ConfigError(f"circuit_norm_ceiling must be > 0 (inf turns it off), got {self.circuit_norm_ceiling}")
         if self.distractor_weight < 0 or not 0 <= self.distractor_r2 <= 1:
             raise ConfigError("distractor_weight must be >= 0 and distractor_r2 in [0, 1]")
+        if not isinstance(self.max_extensions, int) or isinstance(self.max_extensions, bool) or self.max_extensions < 0:
+            raise ConfigError(f"max_extensions must be an integer >= 0, got {self.max_extensions!r}")
+        for name in ("stall_tolerance", "extension", "reach"):
+            value = getattr(self, name)
+            if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1):
+                raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")
         if self.distractors is None:
             object.__setattr__(self, "distractors", self.strict_weight > 0)
         if self.rescale_heads is None:

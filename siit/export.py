@@ -51,6 +51,9 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
         "final_metrics": result.metrics,
         "history": result.history,
         "train_validation_overlap": round(result.train_val_overlap, 4),
+        "adaptation": dict(result.adaptation.to_json(),
+                           notes="What training changed when progress stalled (siit.adaptation): IIT "
+                                 "emphasis on lagging nodes, learning-rate restarts, budget extensions."),
         "realism": {
             "distractors": result.distractors,
             "head_rescale": result.head_scales,

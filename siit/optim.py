@@ -1,4 +1,4 @@
-"""Parameters + gradients -> Adam updates, with a linear learning-rate schedule.
+"""Parameters + gradients -> Adam updates (the learning rate is set per step by siit.adaptation).
 
 A few lines of Adam instead of torch.optim.Adam: constructing torch's optimiser imports
 torch._dynamo (~2.7 s here), a quarter of the time budget of a whole `zoo train case 33`.
@@ -53,10 +53,4 @@ class Adam:
             self.exp_avg[i].copy_(tensors[f"exp_avg.{i}"])
             self.exp_avg_sq[i].copy_(tensors[f"exp_avg_sq.{i}"])
         self.steps = steps
-
-
-def linear_lr(lr: float, final_factor: float, step: int, max_steps: int) -> float:
-    """lr decayed linearly from `lr` at step 0 to `final_factor * lr` at the last step."""
-    frac = min(step / max(max_steps - 1, 1), 1.0)
-    return lr * (1.0 + (final_factor - 1.0) * frac)
 

@@ -2,8 +2,8 @@
 
 `train` reads like the pipeline: architecture, correspondence, data and distractor tasks
 (`prepare`), model and optimiser, (resume), steps with periodic validation and checkpoints until
-the criterion or the step budget, then the function-preserving head rescale and a last validation
-in every input shape.
+the criterion or the step budget (adapted when progress stalls: siit.adaptation), then the
+function-preserving head rescale and a last validation in every input shape.
 
 Vectorisation (both schemes): every row of a batch samples its own high-level node for IIT and
 its own non-aligned nodes for strictness, so a step needs no per-node Python loop. That is the
@@ -30,6 +30,8 @@ from typing import Any
 import torch
 from torch import nn
 
+from siit import adaptation
+from siit.adaptation import AdaptState
 from siit.checkpoint import load_checkpoint, save_checkpoint
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence, low_level_config, make_correspondence
@@ -40,7 +42,7 @@ from siit.distractors import (DistractorTargets, distractor_loss, loudness, make
 from siit.interventions import interchange
 from siit.losses import output_loss, targets_from_logits
 from siit.metrics import Evaluator, meets_criterion
-from siit.optim import Adam, linear_lr
+from siit.optim import Adam
 from siit.reparametrize import rescale_heads
 from siit.transformer import Patch, Transformer, init_weights
 
@@ -48,7 +50,8 @@ REFERENCE_VARIANCE_FLOOR = 0.25
 """Smallest reference variance of the distractors (the circuit starts near zero output)."""
 
 Progress = Callable[[int, dict[str, float]], None]
-"""progress(step, postfix) after every step; postfix has loss and the latest metrics."""
+"""progress(step, postfix) after every step; postfix has loss, the latest metrics and "budget",
+the step budget (it grows when training extends it: siit.adaptation)."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -83,6 +86,8 @@ class TrainResult:
     """Per head, the (Q/K, V/O) factors of the function-preserving rescale (empty if off)."""
     case_seed: int
     """Seed of the correspondence, the distractors and the rescale (siit.data.case_seed)."""
+    adaptation: AdaptState
+    """What training changed when progress stalled (siit.adaptation), and the final budget."""
 
 
 @dataclasses.dataclass
@@ -182,6 +187,7 @@ def train(
         trainee.probes.normal_(generator=gen)
     optimizer = Adam(trainee.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     step, history, seconds, resumed_from = 0, [], 0.0, None
+    adapt = adaptation.start(config)
     if resume and checkpoint_dir is not None:
         meta = load_checkpoint(checkpoint_dir, model=trainee, optimizer=optimizer)
         if meta is not None:
@@ -189,35 +195,47 @@ def train(
                 raise ConfigError(f"the checkpoint in {checkpoint_dir} was made with other settings; "
                                   "rerun without --resume or with the same options")
             step, history, seconds, resumed_from = meta["step"], meta["history"], meta["seconds"], meta["step"]
+            adapt = AdaptState.from_json(meta["adaptation"])
 
     def checkpoint() -> None:
         if checkpoint_dir is not None:
             save_checkpoint(checkpoint_dir, model=trainee, optimizer=optimizer, meta={
                 "config": config.to_json(), "low_config": s.low_config, "step": step,
-                "history": history, "seconds": seconds + time.perf_counter() - start})
+                "history": history, "seconds": seconds + time.perf_counter() - start,
+                "adaptation": adapt.to_json()})
 
     start = time.perf_counter()
     met = bool(history) and history[-1]["met_criterion"]
     metrics = history[-1]["metrics"] if history else None
     losses: dict[str, float] = {}
+    emphasis = adaptation.node_weights(adapt, metrics, s.corr.high_nodes)
     with _SigintFlag() as interrupted:
-        while step < config.max_steps and not met:
-            optimizer.lr = _lr(config, step)
-            losses = _step(trainee, optimizer, s, config, compiled.case.task_kind, step)
+        while not met:
+            if step >= adapt.budget:
+                extended = adaptation.extend(adapt, config, step, metrics)
+                if extended is None:
+                    break
+                adapt = extended
+                emphasis = adaptation.node_weights(adapt, metrics, s.corr.high_nodes)
+            optimizer.lr = adaptation.learning_rate(adapt, config, step)
+            losses = _step(trainee, optimizer, s, config, compiled.case.task_kind, step, emphasis)
             step += 1
-            if step % config.eval_every == 0 or step == config.max_steps:
+            if step % config.eval_every == 0 or step == adapt.budget:
                 metrics = _evaluate(trainee, s.evaluator, s.targets)
                 met = meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
                 if met and s.vary_shapes:  # causal models compute the same in every shape
                     metrics = _evaluate(trainee, s.final_evaluator, s.targets)
                     met = meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
+                if not met:
+                    adapt = adaptation.after_validation(adapt, config, step, metrics)
+                    emphasis = adaptation.node_weights(adapt, metrics, s.corr.high_nodes)
                 history.append({"step": step, "epoch": round(step / config.steps_per_epoch, 3),
                                 "lr": optimizer.lr, "losses": losses,
                                 "metrics": metrics, "met_criterion": met,
                                 "seconds": round(seconds + time.perf_counter() - start, 3)})
                 checkpoint()
             if progress is not None:
-                progress(step, _postfix(losses, metrics))
+                progress(step, _postfix(losses, metrics, adapt.budget))
             if interrupted.is_set() or (should_stop is not None and should_stop(step)):
                 checkpoint()
                 raise TrainingInterrupted(f"training interrupted at step {step}")
@@ -235,7 +253,7 @@ def train(
         seconds=seconds + time.perf_counter() - start, resumed_from_step=resumed_from,
         evaluator=s.final_evaluator, train_val_overlap=sum(q in train_seqs for q in val) / len(val),
         distractors=[dict(d.to_json(), r2=r2.get(d.node)) for d in (s.targets.distractors if s.targets else ())],
-        head_scales=head_scales, case_seed=s.case_seed,
+        head_scales=head_scales, case_seed=s.case_seed, adaptation=adapt,
     )
 
 
@@ -253,14 +271,8 @@ def _evaluate(trainee: _Trainee, evaluator: Evaluator, targets: DistractorTarget
     return metrics
 
 
-def _lr(config: TrainConfig, step: int) -> float:
-    if config.lr_schedule == "constant":
-        return config.lr
-    return linear_lr(config.lr, config.lr_final_factor, step, config.max_steps)
-
-
-def _postfix(losses: dict[str, float], metrics: dict[str, Any] | None) -> dict[str, float]:
-    out = {"loss": losses.get("total", float("nan"))}
+def _postfix(losses: dict[str, float], metrics: dict[str, Any] | None, budget: int) -> dict[str, float]:
+    out = {"budget": budget, "loss": losses.get("total", float("nan"))}
     if metrics is not None:
         out.update(acc=metrics["accuracy"], IIA=metrics["iia"], SIIA=metrics["siia_min"])
         if "distractor_r2_min" in metrics:
@@ -286,15 +298,19 @@ def _present(s: _Setup, lengths: torch.Tensor, gen: torch.Generator) -> torch.Te
 
 
 def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
-          task: str, step: int) -> dict[str, float]:
+          task: str, step: int, emphasis: torch.Tensor | None = None) -> dict[str, float]:
     model = trainee.model
     bases, sources, gen = _batch(s, config, step)
     d = s.train_set
     tokens, mask, labels, lm = d.tokens[bases], d.mask[bases], d.labels[bases], d.label_mask[bases]
     present, src_present = _present(s, d.lengths[bases], gen), _present(s, d.lengths[sources], gen)
     B = bases.shape[0]
-    # IIT: each row intervenes on one high-level node (and its low-level image)
-    choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
+    # IIT: each row intervenes on one high-level node (and its low-level image), lagging ones more
+    # often once training has stalled (siit.adaptation)
+    if emphasis is None:
+        choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
+    else:
+        choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
     with torch.no_grad():
         hl_logits = interchange(s.high, tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_target = targets_from_logits(hl_logits, task)

@@ -181,3 +181,22 @@ def test_model_card_names_a_heuristic_beyond_the_target(compiled) -> None:
                              case={**c.case.metadata(), "encoding": c.encoding.to_json()},
                              training=_schema_2_training(), validation=validation)
     assert "on this entry weight_norm still separate(s) the circuit beyond the 0.75 target" in card
+
+
+def test_model_card_lists_what_training_adapted(compiled) -> None:
+    from zoo.card import render_model_card
+
+    c = compiled("33")
+    case = {**c.case.metadata(), "encoding": c.encoding.to_json()}
+    training = dict(_schema_2_training(), adaptation={
+        "budget": 4000, "extensions": 0,
+        "actions": [{"step": 675, "action": "emphasis", "reason": "no new best for 8 validations"},
+                    {"step": 1025, "action": "lr_restart", "reason": "no new best for 8 validations", "lr": 0.005}]})
+    card = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(), case=case,
+                             training=training, validation=_schema_2_validation())
+    section = card[card.index("## Training"):]
+    assert "- step 675: emphasis (no new best for 8 validations)" in section
+    assert "- step 1025: lr_restart" in section
+    plain = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(), case=case,
+                              training=_schema_2_training(), validation=_schema_2_validation())
+    assert "adapted" not in plain

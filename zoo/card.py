@@ -182,8 +182,14 @@ def _training_text(training: dict[str, Any] | None) -> str:
     fields = scalar_fields(training)
     if not fields:
         return "Compiled with Tracr; no training record in this entry."
-    return "\n".join(["| setting | value |", "| --- | --- |"]
-                     + [f"| {cell(k)} | {cell(v)} |" for k, v in fields.items()])
+    table = "\n".join(["| setting | value |", "| --- | --- |"]
+                      + [f"| {cell(k)} | {cell(v)} |" for k, v in fields.items()])
+    actions = ((training or {}).get("adaptation") or {}).get("actions") or []
+    if not actions:
+        return table
+    lines = [f"- step {a.get('step')}: {a.get('action')} ({a.get('reason')})" for a in actions]
+    return "\n\n".join([table, "Where training stalled, it adapted (siit.adaptation):",
+                         "\n".join(lines)])
 
 
 def render_model_card(

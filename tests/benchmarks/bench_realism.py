@@ -42,6 +42,7 @@ def run_case(case_id: str, seed: int, root: Path, overrides: dict) -> dict:
         "case": case_id, "seed": seed, "met": result.met_criterion, "steps": result.steps,
         "train_s": round(train_s, 2), "accuracy": m["accuracy"], "iia_min": m["iia_min"], "siia_min": m["siia_min"],
         "distractor_r2_min": m.get("distractor_r2_min"),
+        "adaptations": [f"{a['action']}@{a['step']}" for a in result.adaptation.actions],
         "max_out_effect": v["max_out_of_circuit_effect"],
         "max_out_effect_by_shape": v["max_out_of_circuit_effect_by_shape"],
         "min_in_resample": v["min_in_circuit_resample_effect"],

@@ -87,7 +87,8 @@ def _progress_bar(kind: str, total: int) -> Iterator[Any]:
 
     def update_to(step: int, postfix: dict[str, float]) -> None:
         bar.n = step
-        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()}, refresh=False)
+        bar.total = int(postfix.get("budget", bar.total))  # extended when training stalls
+        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items() if k != "budget"}, refresh=False)
         bar.update(0)
 
     try:

@@ -1,0 +1,151 @@
+"""Validation history -> what training changes when progress stalls (recorded in training.json).
+
+A fixed schedule fits the cases it was tuned on. On a case it has not seen, training can stall just
+short of the criterion (case 4: every metric at 1.0 but one node's IIA creeping from .993 to .996
+over the last 2000 of 4000 steps; with the rules below it meets the criterion at step 2475, after
+an emphasis and four lr cycles). Before giving up, training adapts, in this order:
+
+1. emphasis: when the worst judged metric has had no new best for `patience` validations, IIT
+   draws its high-level node with probability half uniform, half proportional to each node's IIA
+   deficit (1 - IIA), so the lagging node gets more of the data; recomputed at every validation.
+2. lr restart: at every further stall within `reach` of the criterion (a plateau just short of it;
+   further away a lower lr only slowed learning: case 11's distractors stalled at R² .74 with
+   restarts, where the plain schedule met the criterion), a new learning-rate cycle starts at half the current
+   cycle's starting lr and decays linearly (as the base schedule does) over the steps that are
+   left: a warm restart when the decayed lr had fallen below that, a drop (as in PyTorch's
+   ReduceLROnPlateau) when it had not.
+3. extension: when the budget runs out first, it grows by `extension` x the configured budget (at
+   most `max_extensions` times), with an lr restart; only if the run is within `reach` of the
+   criterion, so a hopeless run still stops at the budget it was given.
+
+Everything is a pure function of the validation history, so a resumed run makes the same choices,
+and the state is plain JSON (saved in checkpoints, written to training.json).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import torch
+
+from siit.config import TrainConfig
+
+Action = Literal["emphasis", "lr_restart", "extension"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AdaptState:
+    """Where the schedule stands after the validations so far."""
+
+    budget: int
+    """Step budget (the configured one, plus extensions)."""
+    cycle_start: int = 0
+    """Step at which the current learning-rate cycle began (0, or the last restart)."""
+    cycle_lr: float
+    """Learning rate at cycle_start; it decays towards lr_final_factor * lr at `budget`."""
+    emphasis: bool = False
+    """Whether IIT draws lagging high-level nodes more often."""
+    best: float = -math.inf
+    """Best worst-metric seen (see `worst_metric`)."""
+    since_best: int = 0
+    """Validations since `best` was last improved (or since the last action)."""
+    extensions: int = 0
+    """Budget extensions so far."""
+    actions: tuple[dict[str, Any], ...] = ()
+    """What was done: {"step", "action", "reason", ...}, in order."""
+
+    def to_json(self) -> dict[str, Any]:
+        data = dataclasses.asdict(self)
+        data["actions"] = [dict(a) for a in self.actions]
+        data["best"] = None if math.isinf(self.best) else self.best
+        return data
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> AdaptState:
+        data = dict(data)
+        data["best"] = -math.inf if data["best"] is None else float(data["best"])
+        data["actions"] = tuple(dict(a) for a in data["actions"])
+        return cls(**data)
+
+
+def start(config: TrainConfig) -> AdaptState:
+    return AdaptState(budget=config.max_steps, cycle_lr=config.lr)
+
+
+def learning_rate(state: AdaptState, config: TrainConfig, step: int) -> float:
+    """The base schedule (constant, or linear to lr_final_factor * lr) inside the current cycle."""
+    if config.lr_schedule == "constant":
+        return state.cycle_lr
+    final = config.lr * config.lr_final_factor
+    span = max(state.budget - state.cycle_start - 1, 1)
+    frac = min(max(step - state.cycle_start, 0) / span, 1.0)
+    return state.cycle_lr + (final - state.cycle_lr) * frac
+
+
+def worst_metric(metrics: dict[str, Any], config: TrainConfig) -> float:
+    """The judged metric furthest below its target, each divided by its target (1 = met). Not
+    floored: a distractor's R² climbing from -3 to 0 is progress, not a stall."""
+    values = {"accuracy": metrics["accuracy"], "iia": metrics["iia_min"], "siia": metrics["siia_min"],
+              "distractor_r2": metrics.get("distractor_r2_min", 0.0)}
+    target = {"distractor_r2": config.distractor_r2}
+    return min(min(values[m] / max(target.get(m, config.criterion), 1e-12), 1.0) for m in config.judged_metrics)
+
+
+def node_weights(state: AdaptState, metrics: dict[str, Any] | None, high_nodes: Sequence[str]) -> torch.Tensor | None:
+    """float [N]: IIT's draw probabilities over high-level nodes; None for uniform (no emphasis)."""
+    if not state.emphasis or metrics is None:
+        return None
+    per_node = metrics.get("iia_per_node", {})
+    deficit = torch.tensor([max(1.0 - float(per_node.get(n, 1.0)), 0.0) for n in high_nodes], dtype=torch.float64)
+    uniform = torch.full_like(deficit, 1.0 / len(high_nodes))
+    if float(deficit.sum()) == 0.0:
+        return None
+    return (0.5 * uniform + 0.5 * deficit / deficit.sum()).float()
+
+
+def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any]) -> AdaptState:
+    """Track the best worst-metric; on a stall, emphasise lagging nodes, then restart the lr."""
+    worst = worst_metric(metrics, config)
+    if worst > state.best + config.stall_tolerance:
+        return dataclasses.replace(state, best=worst, since_best=0)
+    state = dataclasses.replace(state, since_best=state.since_best + 1)
+    if not config.adaptive or state.since_best < config.patience:
+        return state
+    reason = f"worst metric {worst:.4f}: no new best (> {state.best:.4f}) for {config.patience} validations"
+    if not state.emphasis:
+        return _act(dataclasses.replace(state, emphasis=True), step, "emphasis", reason)
+    if not _within_reach(worst, config):  # still learning: a lower lr would slow it (case 11's distractors)
+        return dataclasses.replace(state, since_best=0)
+    return _restart(state, config, step, reason)
+
+
+def extend(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any] | None) -> AdaptState | None:
+    """A longer budget when it has run out short of the criterion but within reach; None: give up."""
+    if not config.adaptive or state.extensions >= config.max_extensions or metrics is None:
+        return None
+    worst = worst_metric(metrics, config)
+    if not _within_reach(worst, config):
+        return None
+    extra = max(1, round(config.extension * config.max_steps))
+    state = dataclasses.replace(state, budget=state.budget + extra, extensions=state.extensions + 1,
+                                emphasis=True)
+    reason = f"budget spent at worst metric {worst:.4f} (within {config.reach} of the criterion): +{extra} steps"
+    return _restart(state, config, step, reason, action="extension")
+
+
+def _within_reach(worst: float, config: TrainConfig) -> bool:
+    return max(worst, 0.0) >= 1.0 - config.reach  # reach 1: always
+
+
+def _restart(state: AdaptState, config: TrainConfig, step: int, reason: str,
+             action: Action = "lr_restart") -> AdaptState:
+    lr = 0.5 * state.cycle_lr
+    return _act(dataclasses.replace(state, cycle_start=step, cycle_lr=lr), step, action, reason, lr=lr)
+
+
+def _act(state: AdaptState, step: int, action: Action, reason: str, **extra: Any) -> AdaptState:
+    record = {"step": step, "action": action, "reason": reason, **extra}
+    return dataclasses.replace(state, since_best=0, actions=state.actions + (record,))

@@ -1,0 +1,143 @@
+"""Adaptive training (siit.adaptation): stall detection, lagging-node emphasis, lr restarts and
+budget extensions; pure rules first, then a short training run that must adapt, record what it
+did, and resume to the same weights."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from siit import adaptation
+from siit.adaptation import AdaptState
+from siit.config import ConfigError, TrainConfig
+from siit.trainer import TrainingInterrupted, train
+
+SMALL = dict(n_train=256, n_val=128, batch_size=32, epochs=3, eval_every=4)
+
+
+def _metrics(iia: dict[str, float], accuracy: float = 1.0, siia: float = 1.0, r2: float = 1.0) -> dict:
+    return {"accuracy": accuracy, "iia_min": min(iia.values()), "siia_min": siia, "iia_per_node": iia,
+            "distractor_r2_min": r2}
+
+
+@given(step=st.integers(0, 10_000), epochs=st.integers(1, 50), factor=st.floats(0.05, 1.0))
+@settings(max_examples=50, deadline=None)
+def test_without_actions_the_schedule_is_the_configured_linear_decay(step: int, epochs: int, factor: float) -> None:
+    config = TrainConfig(epochs=epochs, lr_final_factor=factor)
+    n = config.max_steps
+    expected = config.lr * (1.0 + (factor - 1.0) * min(step / max(n - 1, 1), 1.0))
+    assert adaptation.learning_rate(adaptation.start(config), config, step) == pytest.approx(expected)
+
+
+def test_a_stall_first_emphasises_then_restarts_the_learning_rate() -> None:
+    config = TrainConfig(patience=3)
+    state = adaptation.start(config)
+    flat = _metrics({"a": 1.0, "b": 0.99})
+    state = adaptation.after_validation(state, config, 25, flat)  # first best
+    for i in range(3):
+        assert not state.actions
+        state = adaptation.after_validation(state, config, 50 + 25 * i, flat)
+    assert [a["action"] for a in state.actions] == ["emphasis"] and state.emphasis
+    assert state.cycle_lr == config.lr
+    for i in range(3):
+        state = adaptation.after_validation(state, config, 200 + 25 * i, flat)
+    assert [a["action"] for a in state.actions] == ["emphasis", "lr_restart"]
+    assert state.cycle_start == 250 and state.cycle_lr == pytest.approx(config.lr / 2)
+    assert adaptation.learning_rate(state, config, 250) == pytest.approx(config.lr / 2)
+    assert adaptation.learning_rate(state, config, state.budget - 1) == pytest.approx(config.lr * config.lr_final_factor)
+
+
+def test_progress_resets_the_stall_count_and_adaptive_false_never_acts() -> None:
+    config = TrainConfig(patience=2)
+    state = adaptation.start(config)
+    for i, value in enumerate([0.90, 0.91, 0.92, 0.93, 0.94]):
+        state = adaptation.after_validation(state, config, i, _metrics({"a": value}))
+    assert not state.actions and state.since_best == 0
+    off = TrainConfig(patience=2, adaptive=False)
+    state = adaptation.start(off)
+    for i in range(10):
+        state = adaptation.after_validation(state, off, i, _metrics({"a": 0.5}))
+    assert not state.actions and not state.emphasis
+    assert adaptation.extend(state, off, off.max_steps, _metrics({"a": 0.999})) is None
+
+
+def test_emphasis_draws_the_lagging_node_most() -> None:
+    state = AdaptState(budget=100, cycle_lr=0.01, emphasis=True)
+    w = adaptation.node_weights(state, _metrics({"a": 1.0, "b": 0.99, "c": 0.97}), ["a", "b", "c"])
+    assert w is not None and float(w.sum()) == pytest.approx(1.0)
+    assert w[2] > w[1] > w[0] > 0  # every node keeps some IIT data
+    assert w[0] == pytest.approx(0.5 / 3)
+    assert adaptation.node_weights(state, _metrics({"a": 1.0, "b": 1.0}), ["a", "b"]) is None
+    assert adaptation.node_weights(AdaptState(budget=100, cycle_lr=0.01), _metrics({"a": 0.5}), ["a"]) is None
+
+
+def test_extension_only_within_reach_and_at_most_max_extensions() -> None:
+    config = TrainConfig(max_extensions=2, reach=0.02, extension=0.5)
+    state = adaptation.start(config)
+    assert adaptation.extend(state, config, config.max_steps, _metrics({"a": 0.95})) is None  # out of reach
+    close = _metrics({"a": 0.995})
+    once = adaptation.extend(state, config, config.max_steps, close)
+    assert once is not None and once.budget == config.max_steps + round(0.5 * config.max_steps)
+    assert once.emphasis and once.cycle_start == config.max_steps and once.actions[-1]["action"] == "extension"
+    twice = adaptation.extend(once, config, once.budget, close)
+    assert twice is not None and adaptation.extend(twice, config, twice.budget, close) is None
+
+
+def test_state_round_trips_through_json() -> None:
+    config = TrainConfig(patience=1)
+    state = adaptation.start(config)
+    for i in range(4):
+        state = adaptation.after_validation(state, config, i, _metrics({"a": 0.9}))
+    assert AdaptState.from_json(state.to_json()) == state
+    fresh = adaptation.start(config)
+    assert AdaptState.from_json(fresh.to_json()) == fresh
+
+
+@pytest.mark.parametrize("field, value", [("patience", 0), ("max_extensions", -1), ("reach", 2.0),
+                                          ("extension", float("nan")), ("stall_tolerance", -0.1)])
+def test_bad_adaptation_options_are_refused(field: str, value) -> None:
+    with pytest.raises(ConfigError):
+        TrainConfig(**{field: value})
+
+
+def test_far_from_the_criterion_a_stall_keeps_the_learning_rate() -> None:
+    """Restarts only on a plateau within reach: case 11's distractors (R² ~.7) learned too slowly
+    with them. A negative R² climbing towards 0 is progress, not a stall."""
+    config = TrainConfig(patience=2, reach=0.02)
+    state = adaptation.start(config)
+    for i in range(12):
+        state = adaptation.after_validation(state, config, i, _metrics({"a": 1.0}, r2=0.6))
+    assert [a["action"] for a in state.actions] == ["emphasis"] and state.cycle_lr == config.lr
+    rising = adaptation.start(config)
+    for i, r2 in enumerate([-3.0, -2.0, -1.0, -0.5, -0.1]):
+        rising = adaptation.after_validation(rising, config, i, _metrics({"a": 1.0}, r2=r2))
+    assert not rising.actions
+
+
+# distractor R² of exactly 1 is out of reach, so the run never meets the criterion and must adapt:
+# stall_tolerance 1 makes every validation after the first a stall, reach 1 makes every stall and
+# every budget end count as close
+ADAPTING = dict(SMALL, patience=1, stall_tolerance=1.0, distractor_r2=1.0, reach=1.0, max_extensions=1)
+
+
+def test_a_stalled_run_adapts_records_it_and_resumes_to_the_same_weights(compiled, tmp_path: Path) -> None:
+    cc = compiled("33")
+    config = TrainConfig(**ADAPTING)
+    full = train(cc, config)
+    actions = [a["action"] for a in full.adaptation.actions]
+    assert actions[0] == "emphasis" and "lr_restart" in actions and "extension" in actions
+    assert full.steps == config.max_steps + round(config.extension * config.max_steps) and not full.met_criterion
+    lrs = [h["lr"] for h in full.history]
+    assert any(b > a for a, b in zip(lrs, lrs[1:]))  # a restart raised the learning rate
+    ckpt = tmp_path / "ckpt"
+    stop = full.adaptation.actions[1]["step"] + 1  # after emphasis and a restart
+    with pytest.raises(TrainingInterrupted):
+        train(cc, config, checkpoint_dir=ckpt, should_stop=lambda step: step == stop)
+    resumed = train(cc, config, checkpoint_dir=ckpt, resume=True)
+    assert resumed.adaptation == full.adaptation
+    sa, sb = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)

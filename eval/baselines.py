@@ -12,6 +12,7 @@ from typing import Any
 
 import numpy as np
 
+from eval import acdc, edge_patching, ensemble, ifr, subnetwork_probing
 from eval.ablation import AblationContext, behaviour, behaviour_tensor, make_context, run_nodes_ablated
 from eval.faithfulness import greedy_path, node_behaviour
 from eval.graph import ComputationGraph
@@ -89,5 +90,7 @@ BUILTIN_METHODS = (
     Method(key="greedy", name="Greedy discovery", function=greedy_discovery,
            description="remove the least-needed component while faithfulness >= 0.8"),
 )
+BUILTIN_METHODS += (*edge_patching.METHODS, *acdc.METHODS, *subnetwork_probing.METHODS, *ifr.METHODS,
+                    *ensemble.METHODS)  # the edge-level methods (issue 10)
 REGISTRY = types.MappingProxyType({m.key: m for m in BUILTIN_METHODS})
 """Read-only: register your own by passing a Method (or package.module:function) instead."""

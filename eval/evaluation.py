@@ -16,6 +16,7 @@ from typing import Any, Literal
 from eval.ablation import AblationKind, make_context
 from eval.baselines import REGISTRY
 from eval.circuit import Circuit
+from eval.chance import chance_line, circuit_chance, output_kind
 from eval.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
 from eval.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
 from eval.methods import Method, MethodError, MethodOutput, call_method, get_method, read_score_file
@@ -66,6 +67,8 @@ class Settings:
     """Composite weights (default equal over F, C, M, S, COS)."""
     mib_sizes: tuple[float, ...] = MIB_SIZES
     """Circuit sizes (proportions of edges) of the MIB curve."""
+    chance_draws: int = 200
+    """Monte-Carlo draws of the circuit methods' chance line (scorers' chance lines are exact)."""
 
 
 def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = (), *,
@@ -75,6 +78,8 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
     score files on a Target; keyword overrides set Settings fields. `zoo.evaluate` builds the
     Target from an entry, a compiled case or a case id."""
     s = dataclasses.replace(settings or Settings(), **overrides)
+    if s.chance_draws < 2:
+        raise ValueError(f"chance_draws must be at least 2 (a standard error needs two draws), got {s.chance_draws}")
     method_list = [methods] if isinstance(methods, (str, Method)) else list(methods)
     score_files = [scores] if isinstance(scores, (str, Path)) else list(scores)
     if not method_list and not score_files:
@@ -117,7 +122,12 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
                   "labels": "reference (compiled) model outputs",
                   "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
                   "edge_universe": "every head-level edge of the model's graph",
-                  "roc_scores": "absolute values"},
+                  "roc_scores": "absolute values",
+                  "chance": "eval.chance: exact expected AUROC of random scores of the method's kind (node, "
+                            "head-edge or q/k/v-edge) under the report's promotion rules; circuit methods: "
+                            "random circuits of the same sizes, seeded Monte Carlo with standard error",
+                  "mib_circuits": "top floor(k|E|) q/k/v edges (signed for CPR, |score| for CMD), pruned as "
+                                  "EAP-IG's Graph.prune; head-level scores copied to their q/k/v edges"},
         methods=tuple(results), convergence=conv, versions=versions(),
     )
 
@@ -162,17 +172,21 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
         named_edges = {f"{a}->{b}": abs(v) for (a, b), v in edge_scores.items()}
         node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
         edge_roc = roc(named_edges, truth_edge_names)
+        chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores))
         rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
         edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
         node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
                                  at_threshold=prf(identified, truth_nodes),
                                  at_top_k=prf(top_k({c: abs(v) for c, v in node_scores.items()}, len(truth_nodes)), truth_nodes),
-                                 n_positive=len(truth_nodes), n_total=len(graph.components))
+                                 n_positive=len(truth_nodes), n_total=len(graph.components),
+                                 chance=chance.node_auroc, chance_rule=chance.rule)
         edge_level = LevelResult(level="edge", auroc=edge_roc.auroc, roc=edge_roc, auroc_kind="threshold_sweep",
                                  at_threshold=prf(edge_ident, truth_edge_names),
                                  at_top_k=prf(top_k(named_edges, len(truth_edges)), truth_edge_names),
-                                 n_positive=len(truth_edges), n_total=len(graph.edges))
-        mib = mib_curve(ctx, edge_scores, s.mib_sizes)
+                                 n_positive=len(truth_edges), n_total=len(graph.edges),
+                                 chance=chance.edge_auroc, chance_rule=chance.rule)
+        # MIB ranks q/k/v edges: the method's own edge scores, unpromoted (head-level ones are copied)
+        mib = mib_curve(ctx, out.edge_scores if out.edge_scores is not None else edge_scores, s.mib_sizes)
     else:
         node_scores = None
         node_pts, edge_pts, circuits = [], [], []
@@ -185,12 +199,17 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
         first_edges = {f"{a}->{b}" for a, b in (out.circuits[0].edges if out.circuits[0].edges is not None
                                                  else circuit_edges(graph, out.circuits[0].nodes))}
         n_roc, e_roc = pessimistic_auroc(node_pts), pessimistic_auroc(edge_pts)
+        cc = circuit_chance(graph, truth_nodes, truth_edges,
+                            [(len(r.nodes), len(r.edges) if r.edges is not None else None) for r in out.circuits],
+                            draws=s.chance_draws, seed=s.seed)
         node_level = LevelResult(level="node", auroc=n_roc.auroc, roc=n_roc, auroc_kind="pessimistic",
                                  at_threshold=prf(identified, truth_nodes), at_top_k=None,
-                                 n_positive=len(truth_nodes), n_total=len(graph.components))
+                                 n_positive=len(truth_nodes), n_total=len(graph.components),
+                                 chance=cc.node_auroc, chance_se=cc.node_se, chance_rule=cc.rule)
         edge_level = LevelResult(level="edge", auroc=e_roc.auroc, roc=e_roc, auroc_kind="pessimistic",
                                  at_threshold=prf(first_edges, truth_edge_names), at_top_k=None,
-                                 n_positive=len(truth_edges), n_total=len(graph.edges))
+                                 n_positive=len(truth_edges), n_total=len(graph.edges),
+                                 chance=cc.edge_auroc, chance_se=cc.edge_se, chance_rule=cc.rule)
     sets = [identified] + [identified_set(r, graph, s.relative_threshold) for r in reruns]
     stability = mean_pairwise_jaccard(sets) if len(sets) > 1 else None
     cb = causal_bench(nb, identified, stability=stability, weights=s.weights, cos_threshold=s.cos_threshold)

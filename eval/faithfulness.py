@@ -16,6 +16,7 @@ from typing import Literal
 import numpy as np
 
 from eval.ablation import AblationContext, behaviour, run_edges_kept, run_nodes_ablated
+from eval.circuit import INPUT, LOGITS, promote
 from eval.graph import ComputationGraph
 
 BehaviourKind = Literal["normalized", "accuracy"]
@@ -119,6 +120,17 @@ class CausalBench:
     """Weights of the composite."""
     behaviour: BehaviourKind
     """How β was measured."""
+    cos_vacuous: bool = False
+    """True when F < cos_threshold and COS = 1: greedy reduction may only remove a node while F
+    stays >= the threshold, so an already unfaithful set keeps every node and reads as optimal."""
+    composite_note: str = ""
+    """The composite's small-graph caveat in words, stated beside every composite (COS_NOTE)."""
+
+
+COS_NOTE = ("COS keeps nodes while greedy reduction holds F >= {t:g}; a set with F < {t:g} cannot be reduced "
+            "and scores COS = 1, which lifts the composite of unfaithful sets (common on small graphs, where "
+            "removing any one node drops F below {t:g})")
+"""The composite's caveat; `{t}` is the COS faithfulness floor."""
 
 
 DEFAULT_WEIGHTS = {"faithfulness": 1.0, "completeness": 1.0, "minimality": 1.0, "stability": 1.0,
@@ -149,51 +161,116 @@ def causal_bench(nb: NodeBehaviour, identified: Collection[str], *, stability: f
         raise ValueError(f"unknown composite weights {sorted(unknown)}; allowed: {', '.join(values)}")
     if stability is None:
         w.pop("stability", None)
+    vacuous = bool(s) and f < cos_threshold and cos == 1.0
+    note = COS_NOTE.format(t=cos_threshold) + (f"; here F = {f:.3f} < {cos_threshold:g} and COS = 1" if vacuous else "")
     return CausalBench(identified=tuple(s), faithfulness=f, completeness=c, minimality=m, stability=stability,
                        causal_optimality=cos, composite=weighted_harmonic(values, w), weights=w,
-                       behaviour=nb.kind)
+                       behaviour=nb.kind, cos_vacuous=vacuous, composite_note=note)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class MibCurve:
-    """MIB §3.1: faithfulness f(C_k) of top-scored edge circuits of several sizes, CPR and CMD."""
+    """MIB §3.1 on the q/k/v edge graph: faithfulness f(C_k) of top-scored circuits, CPR and CMD.
+
+    As MIB's evaluator (`evaluate_area_under_curve` with EAP-IG's `Graph.apply_topn(n, absolute,
+    prune=True)`): C_k is the top floor(k·|E|) q/k/v edges, then pruned (`mib_prune`); every other
+    edge is ablated; f = (m(C_k) - m(∅)) / (m(N) - m(∅)). A method's q/k/v edge scores rank its
+    q/k/v edges separately; a head-level score (node methods, head-level edge methods) is copied to
+    the three q/k/v edges it stands for.
+    """
 
     sizes: tuple[float, ...]
     """Proportions k of the model's q/k/v-level edges."""
     n_edges: tuple[int, ...]
-    """Edges in each circuit: floor(k · |E|), so |C_k| / |E| <= k."""
+    """Edges selected for each circuit: floor(k · |E|), so |C_k| / |E| <= k."""
+    n_kept_signed: tuple[int, ...]
+    """Edges left in each signed-ranked circuit after pruning (what was actually kept)."""
+    n_kept_abs: tuple[int, ...]
+    """Edges left in each magnitude-ranked circuit after pruning."""
     f_signed: tuple[float, ...]
     """f with the highest *signed* scores kept (used for CPR)."""
     f_abs: tuple[float, ...]
     """f with the highest-magnitude scores kept (used for CMD)."""
     cpr: float
-    """Trapezoid area under f_signed over k (higher is better)."""
+    """Trapezoid area under f_signed over k (the paper; MIB's evaluator default): higher is better."""
     cmd: float
-    """Trapezoid area of |1 - f_abs| over k (0 is best)."""
+    """Trapezoid area of |1 - f_abs| over k (the paper; MIB's evaluator default): 0 is best."""
+    cpr_log: float
+    """Trapezoid area under f_signed over ln k, as MIB's leaderboard evaluator computes it
+    (run_evaluation.py with log_scale=True); not comparable in scale with `cpr`."""
+    cmd_log: float
+    """Trapezoid area of |1 - f_abs| over ln k (MIB's leaderboard evaluator)."""
+    scores_from: Literal["qkv", "head"]
+    """Whether the method's own scores told q, k and v apart, or head-level scores were copied."""
+    pruned: bool
+    """Whether circuits were pruned as MIB's evaluator prunes them."""
+
+
+def qkv_scores(graph: ComputationGraph, edge_scores: Mapping[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    """Scores of every q/k/v-level edge: a q/k/v-level score as given, else its head-level edge's
+    score copied (a head edge into a head stands for its three q/k/v edges), else 0."""
+    graph = graph.at("qkv")
+    out = {e: 0.0 for e in graph.edges}
+    exact = {}
+    for edge, value in edge_scores.items():
+        if edge in out and promote(edge[1]) != edge[1]:
+            exact[edge] = float(value)
+        else:
+            for e in graph.expand_to_qkv((promote(edge[0]), promote(edge[1]))):
+                out[e] = float(value)
+    out.update(exact)  # a q/k/v score beats a copied head score, whatever the input order
+    return out
+
+
+def top_edges(scores: Mapping[tuple[str, str], float], n: int, *, absolute: bool) -> list[tuple[str, str]]:
+    """The n highest-scoring edges (by |score| when absolute); ties keep the graph's forward order."""
+    order = {e: i for i, e in enumerate(scores)}  # a dict, not list.index: linear, not quadratic
+    key = (lambda e: (-abs(scores[e]), order[e])) if absolute else (lambda e: (-scores[e], order[e]))
+    return sorted(scores, key=key)[:n]
+
+
+def mib_prune(kept: Collection[tuple[str, str]]) -> set[tuple[str, str]]:
+    """EAP-IG's `Graph.prune`: repeatedly drop nodes without a kept outgoing edge or without a kept
+    incoming edge (any of a head's q/k/v inputs counts; `input` needs none, `logits` is always a
+    valid receiver) and the edges of dropped nodes, until nothing changes."""
+    edges = set(kept)
+    while True:
+        senders = {src for src, _ in edges}
+        receivers = {promote(dst) for _, dst in edges} | {INPUT}
+        alive = senders & receivers
+        pruned = {(src, dst) for src, dst in edges if src in alive and (dst == LOGITS or promote(dst) in alive)}
+        if pruned == edges:
+            return edges
+        edges = pruned
 
 
 def mib_curve(ctx: AblationContext, edge_scores: Mapping[tuple[str, str], float],
-              sizes: Sequence[float] = MIB_SIZES) -> MibCurve:
-    """Faithfulness curve over circuit sizes; head-level scores are copied to the q/k/v edges."""
+              sizes: Sequence[float] = MIB_SIZES, *, prune: bool = True) -> MibCurve:
+    """Faithfulness curve over circuit sizes on the q/k/v edge graph, CPR and CMD (class doc)."""
     graph: ComputationGraph = ctx.graph.at("qkv")
-    scores: dict[tuple[str, str], float] = {}
-    for edge, value in edge_scores.items():
-        for e in graph.expand_to_qkv(edge):
-            scores[e] = value
-    edges = list(graph.edges)
+    scores = qkv_scores(graph, edge_scores)
+    edges = list(scores)
     full = behaviour(ctx.task, run_edges_kept(ctx, edges))
     empty = behaviour(ctx.task, run_edges_kept(ctx, []))
     if abs(full - empty) < 1e-9:
         raise ValueError("ablating every edge leaves the metric unchanged; MIB faithfulness is undefined")
     n_edges = [int(np.floor(k * len(edges) + 1e-9)) for k in sizes]
-    curves = []
-    for key in (lambda e: -scores.get(e, 0.0), lambda e: -abs(scores.get(e, 0.0))):
-        ranked = sorted(edges, key=lambda e: (key(e), edges.index(e)))
-        curves.append([(behaviour(ctx.task, run_edges_kept(ctx, ranked[:n])) - empty) / (full - empty)
-                       for n in n_edges])
+    curves, kept_counts = [], []
+    for absolute in (False, True):
+        f, counts = [], []
+        for n in n_edges:
+            kept = top_edges(scores, n, absolute=absolute)
+            kept = mib_prune(kept) if prune else set(kept)
+            counts.append(len(kept))
+            f.append((behaviour(ctx.task, run_edges_kept(ctx, kept)) - empty) / (full - empty))
+        curves.append(f)
+        kept_counts.append(counts)
     f_signed, f_abs = curves
-    ks = np.asarray(sizes, dtype=float)
-    cpr = float(np.trapezoid(f_signed, ks))
-    cmd = float(np.trapezoid(np.abs(1 - np.asarray(f_abs)), ks))
-    return MibCurve(sizes=tuple(sizes), n_edges=tuple(n_edges), f_signed=tuple(f_signed),
-                    f_abs=tuple(f_abs), cpr=cpr, cmd=cmd)
+    areas = {}
+    for name, xs in (("lin", np.asarray(sizes, dtype=float)), ("log", np.log(np.asarray(sizes, dtype=float)))):
+        areas[name] = (float(np.trapezoid(f_signed, xs)), float(np.trapezoid(np.abs(1 - np.asarray(f_abs)), xs)))
+    given_qkv = any(promote(dst) != dst for _, dst in edge_scores)
+    return MibCurve(sizes=tuple(sizes), n_edges=tuple(n_edges), n_kept_signed=tuple(kept_counts[0]),
+                    n_kept_abs=tuple(kept_counts[1]), f_signed=tuple(f_signed), f_abs=tuple(f_abs),
+                    cpr=areas["lin"][0], cmd=areas["lin"][1], cpr_log=areas["log"][0], cmd_log=areas["log"][1],
+                    scores_from="qkv" if given_qkv else "head", pruned=prune)

@@ -13,10 +13,12 @@ Methods are frozen `Method` records in `REGISTRY`; `get_method` also accepts
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import json
 import math
+import sys
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -86,11 +88,18 @@ def call_method(method: Method, model: Any, task: Any, *, graph: ComputationGrap
     except (TypeError, ValueError):  # builtins without a signature get every option
         pass
     try:
-        raw = method.function(model, task, **options)
+        # a method's prints go to stderr: stdout carries only the report (`zoo eval --json`)
+        with contextlib.redirect_stdout(sys.stderr):
+            raw = method.function(model, task, **options)
     except MethodError:
         raise
-    except Exception as exc:  # a researcher's method can fail in any way; report it in one line
-        raise MethodError(f"method {method.key!r} raised {type(exc).__name__}: {exc}") from exc
+    except KeyboardInterrupt:  # the user's Ctrl-C stops the run (exit 130), it is not the method's result
+        raise
+    except SystemExit as exc:  # sys.exit() inside a method must not end `zoo eval` with "success"
+        raise MethodError(f"method {method.key!r} called sys.exit({exc.code!r}) instead of returning scores") from None
+    except BaseException as exc:  # a researcher's method can fail in any way; report it in one line
+        text = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
+        raise MethodError(f"method {method.key!r} raised {type(exc).__name__}: {text}") from exc
     return validate_output(raw, graph, source=f"method {method.key!r}")
 
 
@@ -117,6 +126,8 @@ def validate_output(raw: Any, graph: ComputationGraph, *, source: str) -> Method
 
 
 def _finite(value: Any, what: str, source: str) -> float:
+    if type(value).__name__ in ("bool", "bool_"):  # True is not a score (numpy's bool too)
+        raise MethodError(f"{source}: score of {what} is {value!r}, a boolean, not a number")
     try:
         out = float(value)
     except (TypeError, ValueError):
@@ -149,14 +160,30 @@ def _edge_scores(raw: Any, graph: ComputationGraph, source: str) -> dict[tuple[s
     if not isinstance(raw, Mapping):
         raise MethodError(f"{source}: 'edges' must map 'src->dst' to scores, got {type(raw).__name__}")
     out: dict[tuple[str, str], float] = {}
+    known = _edge_universe(graph)
     for key, value in raw.items():
         try:
             edge = parse_edge(key) if isinstance(key, str) else (str(key[0]), str(key[1]))
-            graph.check_edge(*edge)
+            if edge not in known:
+                graph.check_edge(*edge)  # raises with the reason
         except (ValueError, TypeError, IndexError) as exc:
             raise MethodError(f"{source}: {exc}") from None
         out[edge] = _finite(value, f"edge {edge[0]}->{edge[1]}", source)
     return out
+
+
+def _edge_universe(graph: ComputationGraph) -> frozenset[tuple[str, str]]:
+    """Every edge name at head and q/k/v granularity, built once per call: `graph.check_edge`
+    rebuilds both edge lists each time, which made reading a score file quadratic in its edges."""
+    return graph.at("qkv").edge_set | graph.at("head").edge_set
+
+
+def _check_edge(edge: Any, graph: ComputationGraph, known: frozenset[tuple[str, str]]) -> tuple[str, str]:
+    pair = parse_edge(edge) if isinstance(edge, str) else tuple(edge)
+    if len(pair) != 2:
+        raise ValueError(f"not an edge: {edge!r} (expected 'src->dst' or a (src, dst) pair)")
+    pair = (str(pair[0]), str(pair[1]))
+    return pair if pair in known else graph.check_edge(*pair)
 
 
 def _circuits(raw: Any, graph: ComputationGraph, source: str) -> tuple[CircuitRun, ...] | None:
@@ -165,6 +192,7 @@ def _circuits(raw: Any, graph: ComputationGraph, source: str) -> tuple[CircuitRu
     if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Iterable):
         raise MethodError(f"{source}: 'circuits' must be a list of circuits (one per hyperparameter value)")
     runs = []
+    known = _edge_universe(graph)
     for i, item in enumerate(raw):
         if isinstance(item, CircuitRun):
             item = {"param": item.param, "nodes": item.nodes, "edges": item.edges}
@@ -175,8 +203,7 @@ def _circuits(raw: Any, graph: ComputationGraph, source: str) -> tuple[CircuitRu
             edges = item.get("edges")
             if edges is not None:
                 edges = frozenset(
-                    (promote(e[0]), promote(e[1])) for e in
-                    (graph.check_edge(*(parse_edge(x) if isinstance(x, str) else tuple(x))) for x in edges)
+                    (promote(e[0]), promote(e[1])) for e in (_check_edge(x, graph, known) for x in edges)
                 )
         except (ValueError, TypeError) as exc:
             raise MethodError(f"{source}: circuit {i}: {exc}") from None
@@ -209,41 +236,137 @@ def get_method(key: str | Method, registry: Mapping[str, Method]) -> Method:
 
 
 def read_score_file(path: Path, graph: ComputationGraph) -> MethodOutput:
-    """A MIB circuit-localization score file: {"cfg", "nodes": {n: {score, in_graph}}, "edges": {...}}.
+    """MIB circuit-localization scores or circuits: one file, or a folder of files.
 
-    Files with scores give scores; files with only `in_graph` flags give one circuit.
+    A file is EAP-IG's `Graph.to_json`: {"cfg", "nodes": {name: {"score"?, "in_graph"}} (or the
+    older {name: in_graph}), "edges": {"src->dst": {"score", "in_graph"}}}. A file holds one graph:
+    with scores it gives scores (MIB re-selects top-n edges, so its in_graph is not read), with
+    `in_graph` only it gives that one circuit. MIB submits several circuits (one per size) as
+    several files in one folder (`evaluate_area_under_curve_multifile`), so a folder reads as one
+    circuit per `*.json` file, in file-name order; the first is the method's chosen circuit.
     """
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(p for p in path.iterdir() if p.suffix == ".json" and p.is_file())
+        if not files:
+            raise MethodError(f"score folder {str(path)!r} holds no .json circuit files")
+        circuits = []
+        for file in files:
+            source = f"score file {str(file)!r}"
+            data = _load_json(file, source)
+            sections = _mib_sections(data, graph, source)
+            param = data.get("cfg", {}).get("param") if isinstance(data.get("cfg"), Mapping) else None
+            ok = isinstance(param, (str, int, float)) and not isinstance(param, bool)  # to_circuit_files keeps it
+            circuits.append(_mib_circuit(sections, source, param=param if ok else file.stem))
+        return validate_output({"circuits": circuits}, graph, source=f"score folder {str(path)!r}")
     source = f"score file {str(path)!r}"
+    sections = _mib_sections(_load_json(path, source), graph, source)
+    if any(v.get("score") is not None for entries in sections.values() for v in entries.values()):
+        raw = {part: {k: (v.get("score") if v.get("score") is not None else 0.0) for k, v in entries.items()}
+               for part, entries in sections.items() if entries}
+        return validate_output(raw, graph, source=source)
+    return validate_output({"circuits": [_mib_circuit(sections, source, param="file")]},
+                           graph, source=source)
+
+
+def _load_json(path: Path, source: str) -> Any:
+    def no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        for key, value in pairs:
+            if key in out:  # json.loads would silently keep the last one
+                raise MethodError(f"{source} has the key {key!r} twice")
+            out[key] = value
+        return out
+
     try:
-        data = json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_text(), object_pairs_hook=no_duplicates)
     except OSError as exc:
         raise MethodError(f"cannot read {source}: {exc.strerror}") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise MethodError(f"{source} is not JSON: {exc}") from None
+
+
+def _mib_sections(data: Any, graph: ComputationGraph, source: str) -> dict[str, dict[str, Mapping[str, Any]]]:
+    """{'nodes': {...}, 'edges': {...}} with every entry as {'score'?, 'in_graph'?}, checked."""
     if not isinstance(data, Mapping) or not ({"nodes", "edges"} & set(data)):
         raise MethodError(f"{source}: expected MIB's format with 'nodes' and/or 'edges'")
-    sections: dict[str, dict[str, Any]] = {}
+    unknown = set(data) - {"cfg", "nodes", "edges"}
+    if unknown:
+        raise MethodError(f"{source}: unknown top-level keys {sorted(unknown)}; MIB's format has cfg, nodes, edges")
+    cfg = data.get("cfg")
+    if isinstance(cfg, Mapping):
+        for key, have in (("n_layers", graph.n_layers), ("n_heads", graph.n_heads)):
+            if isinstance(cfg.get(key), int) and not isinstance(cfg[key], bool) and cfg[key] != have:
+                raise MethodError(f"{source}: cfg {key} is {cfg[key]}, the model has {have}")
+    sections: dict[str, dict[str, Mapping[str, Any]]] = {}
     for part in ("nodes", "edges"):
         entries = data.get(part) or {}
-        if not isinstance(entries, Mapping) or not all(isinstance(v, Mapping) for v in entries.values()):
+        if not isinstance(entries, Mapping):
             raise MethodError(f"{source}: '{part}' must map names to {{'score', 'in_graph'}} objects")
-        sections[part] = dict(entries)
-    has_scores = any("score" in v for s in sections.values() for v in s.values())
-    if has_scores:
-        raw = {part: {k: v.get("score", 0.0) for k, v in entries.items()} for part, entries in sections.items() if entries}
-        return validate_output(raw, graph, source=source)
-    nodes = [k for k, v in sections["nodes"].items() if v.get("in_graph")]
+        out: dict[str, Mapping[str, Any]] = {}
+        for name, value in entries.items():
+            if part == "nodes" and isinstance(value, bool):
+                value = {"in_graph": value}  # older EAP-IG files: node name -> in_graph
+            if not isinstance(value, Mapping):
+                raise MethodError(f"{source}: '{part}' must map names to {{'score', 'in_graph'}} objects")
+            flag = value.get("in_graph")
+            if flag is not None and not isinstance(flag, bool):
+                raise MethodError(
+                    f"{source}: in_graph of {name!r} is {flag!r}, not true/false; a MIB file holds one circuit "
+                    "(several circuits are several files in one folder: pass the folder)")
+            out[str(name)] = value
+        sections[part] = out
+    if not sections["nodes"] and not sections["edges"]:
+        raise MethodError(f"{source} has no node or edge entries; an empty circuit is written with every "
+                          "entry's in_graph false, and scores need at least one entry")
+    return sections
+
+
+def _mib_circuit(sections: Mapping[str, Mapping[str, Mapping[str, Any]]], source: str, *, param: str) -> dict[str, Any]:
+    """The circuit of one file's in_graph flags: its nodes (with every in-graph edge's endpoints)
+    and its edges (None when the file lists no edges)."""
+    flagged = [v for entries in sections.values() for v in entries.values() if "in_graph" in v]
+    if not flagged:
+        raise MethodError(f"{source}: no entry has an in_graph flag (nor, for a single file, a score); "
+                          "nothing marks a circuit")
     edges = [k for k, v in sections["edges"].items() if v.get("in_graph")]
-    if not sections["nodes"]:  # edges only: the circuit's nodes are the edges' endpoints
-        nodes = [n for e in edges for n in parse_edge(e)]
-    return validate_output({"circuits": [{"param": "file", "nodes": nodes, "edges": edges or None}]},
-                           graph, source=source)
+    nodes = [k for k, v in sections["nodes"].items() if v.get("in_graph")]
+    try:
+        nodes += [n for e in edges for n in parse_edge(e)]
+    except ValueError as exc:
+        raise MethodError(f"{source}: {exc}") from None
+    return {"param": param, "nodes": list(dict.fromkeys(nodes)), "edges": edges if sections["edges"] else None}
 
 
 def to_score_file(output: MethodOutput, cfg: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """MIB's score-file JSON for a scoring method's output (in_graph left False)."""
+    """MIB's score-file JSON for a scoring method's output (in_graph left False). A circuit
+    method's output is several files (`to_circuit_files`); an empty file here would read as nothing."""
+    if output.circuits is not None:
+        raise MethodError("a circuit method's output is one MIB file per circuit: use to_circuit_files")
     return {
         "cfg": dict(cfg or {}),
         "nodes": {n: {"score": s, "in_graph": False} for n, s in (output.node_scores or {}).items()},
         "edges": {f"{s}->{d}": {"score": v, "in_graph": False} for (s, d), v in (output.edge_scores or {}).items()},
     }
+
+
+def to_circuit_files(output: MethodOutput, graph: ComputationGraph,
+                     cfg: Mapping[str, Any] | None = None) -> dict[str, dict[str, Any]]:
+    """A circuit method's output as MIB circuit files, {file name: JSON}, for one folder: every
+    node flagged in_graph, and, when the run lists edges, every q/k/v edge (an edge into a head
+    stands for its three inputs). Names sort in run order, so `read_score_file(folder)` gives the
+    same circuits back, the chosen one first; the run's param is kept in cfg."""
+    if output.circuits is None:
+        raise MethodError("a scoring method's output is one MIB score file: use to_score_file")
+    qkv = graph.at("qkv").edges
+    files = {}
+    for i, run in enumerate(output.circuits):
+        nodes = set(run.nodes) | {"input", "logits"}
+        edges = {} if run.edges is None else {
+            f"{s}->{d}": {"score": None, "in_graph": (s, promote(d)) in run.edges} for s, d in qkv}
+        files[f"circuit-{i:03d}.json"] = {
+            "cfg": {**dict(cfg or {}), "n_layers": graph.n_layers, "n_heads": graph.n_heads, "param": run.param},
+            "nodes": {n: {"in_graph": n in nodes} for n in ("input", *graph.components, "logits")},
+            "edges": edges,
+        }
+    return files

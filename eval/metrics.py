@@ -10,6 +10,7 @@ import dataclasses
 import itertools
 import math
 from collections.abc import Collection, Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -138,7 +139,10 @@ class Convergence:
     z: float
     """(observed - null mean) / null std; NaN when the null has no spread."""
     p: float
-    """One-sided p = share of null draws >= observed (B^-1 Σ 1[...], as the paper writes it)."""
+    """One-sided permutation p with the observed value counted as one draw, (1 + k) / (1 + B) with
+    k = #null draws >= observed: never exactly 0, and exact (valid) for a permutation test."""
+    p_paper: float
+    """CAUSAL-BENCH §2.5 as written, k / B: reads 0 whenever no null draw reaches the observed value."""
     null: tuple[float, ...]
     """The B null values (random sets of the same sizes drawn from the universe)."""
     consensus: tuple[str, ...]
@@ -171,11 +175,12 @@ def convergence(
     ])
     mu, sd = float(null.mean()), float(null.std(ddof=1)) if permutations > 1 else 0.0
     z = (observed - mu) / sd if sd > 0 else float("nan")
-    p = float(np.mean(null >= observed - 1e-12))
+    k = int(np.sum(null >= observed - 1e-12))
+    p, p_paper = (1 + k) / (1 + permutations), k / permutations
     counts = {n: sum(n in g for g in groups) for n in items}
     m = len(groups)
     return Convergence(
-        observed=observed, null_mean=mu, null_std=sd, z=z, p=p, null=tuple(null.tolist()),
+        observed=observed, null_mean=mu, null_std=sd, z=z, p=p, p_paper=p_paper, null=tuple(null.tolist()),
         consensus=tuple(n for n in items if counts[n] == m),
         majority=tuple(n for n in items if counts[n] > m / 2),
         matrix=tuple(tuple(jaccard(a, b) for b in groups) for a in groups),
@@ -228,3 +233,29 @@ def weighted_harmonic(values: Mapping[str, float], weights: Mapping[str, float])
         total += w
         denom += w / v
     return total / denom if denom else float("nan")
+
+
+def chance_auroc(positives: Sequence[frozenset[int]], negatives: Sequence[frozenset[int]], *,
+                 reduce: Literal["max", "min"] = "max") -> float:
+    """Expected AUROC of a random scorer whose score of each item is the maximum (or minimum) of a
+    set of independent, identically distributed continuous draws in (0, 1], sets possibly shared.
+
+    For items with draw sets A and B, the largest (smallest) draw of A ∪ B is equally likely to be
+    any of them: with `max` A wins when it lies in A \\ B, with `min` when it lies in B \\ A, and
+    they tie when it lies in A ∩ B (one draw decides both). An item with no draws scores 0, below
+    every draw. AUROC is the mean over (positive, negative) pairs of P(win) + P(tie) / 2, so its
+    expectation is this mean of exact pair probabilities.
+    """
+    if reduce not in ("max", "min"):
+        raise ValueError(f"unknown reduce {reduce!r}; allowed: max, min")
+    if not positives or not negatives:
+        return float("nan")
+    total = 0.0
+    for a in positives:
+        for b in negatives:
+            if not a or not b:
+                total += 0.5 if a == b else float(bool(a))
+                continue
+            wins = len(a - b) if reduce == "max" else len(b - a)
+            total += (wins + 0.5 * len(a & b)) / len(a | b)
+    return total / (len(positives) * len(negatives))

@@ -7,7 +7,7 @@ import math
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from eval.faithfulness import CausalBench, MibCurve
+from eval.faithfulness import COS_NOTE, CausalBench, MibCurve
 from eval.metrics import Convergence, Prf, Roc
 
 SCHEMA = "zoo-eval/1"
@@ -33,6 +33,14 @@ class LevelResult:
     """Ground-truth items at this level."""
     n_total: int
     """Items in the universe at this level."""
+    chance: float | None = None
+    """The chance line (eval.chance): for scorers the exact expected AUROC of uniformly random
+    scores of the method's kind put through the same node->edge and q/k/v promotion rules (not 0.5
+    at edge level); for circuit methods the mean pessimistic AUROC of random circuits of its sizes."""
+    chance_se: float | None = None
+    """Monte-Carlo standard error of `chance` (circuit methods); None when `chance` is exact."""
+    chance_rule: str | None = None
+    """Which random scorer `chance` is for and how its scores reach this level, in words."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -116,15 +124,17 @@ def _fmt(value: float | None) -> str:
 
 def table(report: EvalReport) -> str:
     """A fixed-width table: one row per method."""
-    header = ("method", "AUROC-n", "AUROC-e", "P", "R", "F1", "F1@k", "F", "C", "M", "S", "COS", "comp",
-              "CPR", "CMD", "|S|", "sec")
+    header = ("method", "AUROC-n", "chance-n", "AUROC-e", "chance-e", "P", "R", "F1", "F1@k", "F", "C", "M", "S",
+              "COS", "comp", "CPR", "CMD", "|S|", "sec")
     rows = [header]
     for m in report.methods:
         cb, prf_ = m.causal_bench, m.node.at_threshold
         rows.append((
-            m.key, _fmt(m.node.auroc), _fmt(m.edge.auroc), _fmt(prf_.precision), _fmt(prf_.recall), _fmt(prf_.f1),
+            m.key, _fmt(m.node.auroc), _fmt(m.node.chance), _fmt(m.edge.auroc), _fmt(m.edge.chance),
+            _fmt(prf_.precision), _fmt(prf_.recall), _fmt(prf_.f1),
             _fmt(m.node.at_top_k.f1 if m.node.at_top_k else None), _fmt(cb.faithfulness), _fmt(cb.completeness),
-            _fmt(cb.minimality), _fmt(cb.stability), _fmt(cb.causal_optimality), _fmt(cb.composite),
+            _fmt(cb.minimality), _fmt(cb.stability), _fmt(cb.causal_optimality),
+            _fmt(cb.composite) + ("†" if cb.cos_vacuous else ""),
             _fmt(m.mib.cpr if m.mib else None), _fmt(m.mib.cmd if m.mib else None), str(len(m.identified)),
             f"{m.seconds + m.eval_seconds:.2f}",
         ))
@@ -139,7 +149,12 @@ def table(report: EvalReport) -> str:
     c = report.convergence
     if c is not None:
         out.append(f"convergence: mean Jaccard {c.observed:.3f} vs null {c.null_mean:.3f}±{c.null_std:.3f}, "
-                   f"z={_fmt(c.z)}, p={c.p:.3f}; consensus {list(c.consensus)}, majority {list(c.majority)}")
-    out.append("AUROC-n/e: node/edge AUROC; P R F1 at the identified set; F C M S COS comp: CAUSAL-BENCH; "
-               "CPR CMD: MIB")
+                   f"z={_fmt(c.z)}, p={c.p:.3f} ((1+k)/(1+B), B={len(c.null)}; the paper's k/B: {c.p_paper:.3f}); "
+                   f"consensus {list(c.consensus)}, majority {list(c.majority)}")
+    out.append("AUROC-n/e: node/edge AUROC; chance-n/e: expected AUROC of random scores of the same kind under "
+               "the same node->edge and q/k/v rules (not 0.5; circuit methods: random circuits of the same sizes, "
+               "seeded Monte Carlo, standard error in --json); P R F1 at the identified set; "
+               "F C M S COS comp: CAUSAL-BENCH; CPR CMD: MIB on the q/k/v edge graph")
+    cos_t = report.settings.get("cos_threshold", 0.85)
+    out.append(f"comp: {COS_NOTE.format(t=cos_t)}; † marks a composite where this happened")
     return "\n".join(out)

@@ -7,13 +7,19 @@ Top level is standard library only; the evaluator (torch, TransformerLens) is im
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
 import shutil
 import sys
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
-BUILTIN_METHOD_KEYS = ("random", "activation_patching", "gradient_attribution", "ablation_scan", "greedy")
+BUILTIN_METHOD_KEYS = ("random", "activation_patching", "gradient_attribution", "ablation_scan", "greedy",
+                       "edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp", "edge_sp",
+                       "ifr", "ensemble")
+"""eval.baselines.REGISTRY's keys, spelled out so `--help` needs no torch (a test keeps them equal)."""
 
 
 def register(sub: argparse._SubParsersAction) -> None:
@@ -30,7 +36,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--method", action="append", default=[], metavar="NAME",
                    help="method to run (repeatable): a built-in key or package.module:function")
     p.add_argument("--scores", action="append", default=[], metavar="FILE",
-                   help="score a MIB-format score file (repeatable)")
+                   help="score a MIB-format score file, or a folder of MIB circuit files (one circuit per "
+                   "file, as MIB submits circuits of several sizes) (repeatable)")
     p.add_argument("--model", choices=("trained", "compiled"), default=None,
                    help="which model to evaluate (default: trained if the entry exists under the root, else compiled)")
     p.add_argument("--seed", type=int, default=0, help="seed of the task data and methods (default 0)")
@@ -59,7 +66,7 @@ def run_eval(args: argparse.Namespace) -> int:
         if value < low:
             raise ZooError(f"{name} must be at least {low}, got {value}")
     for path in args.scores:
-        if not Path(path).is_file():
+        if not Path(path).exists():
             raise ZooError(f"score file {path!r} does not exist")
     case = resolve_case(args.kind, args.id)
 
@@ -68,9 +75,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from zoo.targets import evaluate
 
     try:
-        report = evaluate(case, args.method, scores=args.scores, model=args.model or "auto", root=args.root,
-                          n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
-                          stability_seeds=args.stability_seeds, permutations=args.permutations)
+        with _stdout_to_stderr():  # whatever runs (a method, a library) prints to stderr, never into the report
+            report = evaluate(case, args.method, scores=args.scores, model=args.model or "auto", root=args.root,
+                              n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
+                              stability_seeds=args.stability_seeds, permutations=args.permutations)
     except (MethodError, ValueError) as exc:
         raise ZooError(str(exc)) from None
     if args.plots:
@@ -82,6 +90,26 @@ def run_eval(args: argparse.Namespace) -> int:
         if args.plots:
             print(f"plots written to {args.plots}", file=sys.stderr)
     return 0
+
+
+@contextlib.contextmanager
+def _stdout_to_stderr() -> Iterator[None]:
+    """Point Python's sys.stdout and file descriptor 1 at stderr for the block (C extensions and
+    subprocesses write to fd 1 directly), then restore both."""
+    sys.stdout.flush()
+    try:
+        saved = os.dup(1)
+        os.dup2(2, 1)
+    except OSError:  # no usable fd 1 or 2 (embedded interpreters): the Python-level redirect still holds
+        saved = None
+    try:
+        with contextlib.redirect_stdout(sys.stderr):
+            yield
+    finally:
+        if saved is not None:
+            sys.stderr.flush()
+            os.dup2(saved, 1)
+            os.close(saved)
 
 
 def _write_plots_atomically(report, target: Path) -> None:

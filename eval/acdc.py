@@ -1,0 +1,135 @@
+"""Model + task -> one ACDC circuit per threshold τ (Conmy et al. 2023).
+
+ACDC starts from the full q/k/v edge graph and visits the readers in reverse topological order
+(logits, then each layer's MLP and heads' q/k/v inputs from the last layer down). For each
+incoming edge u->v it patches the edge (to the reference, as eval.hooks patches edges) on top of
+every edge already removed, and removes it for good when the metric grows by at most τ:
+
+    remove u->v  iff  metric(circuit without u->v) - metric(circuit) <= τ
+
+so τ = 0 removes only edges whose removal changes nothing (or helps) and τ = ∞ removes every
+edge. The metric is, as in InterpBench App. D, the divergence of the circuit's output from the full
+model's at label positions (KL for classification, mean squared difference for regression), or the
+negated task behaviour. A reader that no kept edge leaves (a node cut off from the logits) has all
+its incoming edges removed without a forward pass, as ACDC skips such nodes.
+
+The whole τ grid runs at once: every forward pass stacks one row block per τ still working on the
+edge, through the batched edge patching of eval.edge_patching, so a sweep costs one forward pass per
+edge (fewer once nodes are cut off), not one per edge and τ.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Literal
+
+import torch
+
+from eval.ablation import AblationKind, behaviour_tensor, make_context
+from eval.circuit import LOGITS, promote
+from eval.edge_patching import Edge, Metric, patched_metrics, readers
+from eval.graph import ComputationGraph
+from eval.methods import CircuitRun, Method, MethodOutput
+from eval.task import TaskData
+
+AcdcMetric = Literal["divergence", "logit_diff"]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class AcdcOptions:
+    """The metric, the τ grid and the batching of an ACDC sweep."""
+
+    taus: tuple[float, ...] = (1e-2, 0.0, 1e-4, 1e-3, 3e-3, 3e-2, 0.1, 0.3, 1.0)
+    """Thresholds; one circuit each, the first is the method's chosen circuit."""
+    metric: AcdcMetric = "divergence"
+    """"divergence": KL (classification) or mean squared difference (regression) from the full
+    model's output at label positions (InterpBench App. D); "logit_diff": minus the task behaviour."""
+    max_rows: int = 2048
+    """Rows per forward pass (n task rows per τ block)."""
+
+
+def divergence_metric(task: TaskData, full_logits: torch.Tensor) -> Metric:
+    """Divergence of a block's output from the full model's, at label positions (≥ 0, 0 at the full model)."""
+    pos = task.positions
+    if task.task_kind == "regression":
+        target = full_logits[..., 0][pos]
+        return lambda logits: ((logits[..., 0][pos] - target) ** 2).mean()
+    log_p = torch.log_softmax(full_logits[pos].double(), dim=-1)
+
+    def kl(logits: torch.Tensor) -> torch.Tensor:
+        log_q = torch.log_softmax(logits[pos].double(), dim=-1)
+        return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+
+    return kl
+
+
+def acdc_metric(kind: AcdcMetric, task: TaskData, full_logits: torch.Tensor) -> Metric:
+    """The metric ACDC keeps small: a divergence from the full model, or minus the behaviour."""
+    if kind == "divergence":
+        return divergence_metric(task, full_logits)
+    if kind == "logit_diff":
+        return lambda logits: -behaviour_tensor(task, logits)
+    raise ValueError(f"unknown ACDC metric {kind!r}; allowed: divergence, logit_diff")
+
+
+def acdc_sweep(ctx: Any, taus: tuple[float, ...], metric: Metric, *, max_rows: int) -> list[set[Edge]]:
+    """The removed q/k/v edges for each τ (ACDC's reverse topological sweep, all τ at once)."""
+    qkv = ctx.graph.at("qkv")
+    incoming: dict[str, list[str]] = {}
+    outgoing: dict[str, list[Edge]] = {}
+    for src, dst in qkv.edges:
+        incoming.setdefault(dst, []).append(src)
+        outgoing.setdefault(src, []).append((src, dst))
+    T = len(taus)
+    removed: list[set[Edge]] = [set() for _ in range(T)]
+    current = patched_metrics(ctx, [{}], metric, max_rows=max_rows).repeat(T)  # [T]
+
+    def alive(reader: str, t: int) -> bool:
+        node = promote(reader)
+        return node == LOGITS or any(e not in removed[t] for e in outgoing.get(node, ()))
+
+    for reader in reversed(readers(qkv)):
+        for src in reversed(incoming[reader]):
+            edge = (src, reader)
+            live = []
+            for t in range(T):
+                if alive(reader, t):
+                    live.append(t)
+                else:
+                    removed[t].add(edge)
+            if not live:
+                continue
+            values = patched_metrics(ctx, [{e: 1.0 for e in removed[t] | {edge}} for t in live], metric,
+                                     max_rows=max_rows)
+            for t, value in zip(live, values):
+                if float(value - current[t]) <= taus[t]:
+                    removed[t].add(edge)
+                    current[t] = value
+    return removed
+
+
+def acdc(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: AblationKind = "resample",
+         options: AcdcOptions = AcdcOptions()) -> MethodOutput:
+    """ACDC on the q/k/v edge graph: one circuit per τ in options.taus (the first is the chosen one)."""
+    if not options.taus:
+        raise ValueError("ACDC needs at least one threshold τ")
+    if any(not tau >= 0 for tau in options.taus):
+        raise ValueError(f"ACDC thresholds must be >= 0, got {options.taus}")
+    ctx = make_context(model, task, graph, ablation)
+    with torch.no_grad():
+        full = ctx.forward()
+    metric = acdc_metric(options.metric, task, full)
+    removed = acdc_sweep(ctx, tuple(options.taus), metric, max_rows=options.max_rows)
+    edges = graph.at("qkv").edges
+    circuits = []
+    for tau, gone in zip(options.taus, removed):
+        kept = [e for e in edges if e not in gone]
+        nodes = sorted({promote(n) for e in kept for n in e} & set(graph.components))
+        circuits.append(CircuitRun(param=float(tau), nodes=frozenset(nodes), edges=frozenset(kept)))
+    return MethodOutput(circuits=tuple(circuits))
+
+
+METHODS = (
+    Method(key="acdc", name="ACDC", function=acdc, seeded=True,
+           description="remove q/k/v edges in reverse topological order while the divergence grows <= tau"),
+)

@@ -130,16 +130,22 @@ def builtin_case_ids() -> list[str]:
 
 
 def get_case(case_id: str | int) -> Case:
-    """The case named by an InterpBench number or by `package.module:function`."""
+    """The case named by an InterpBench number, a generated name (`gen-0-3`, see
+    rasp_programs.generate) or `package.module:function`."""
     from rasp_programs.catalogue import BUILTIN_FACTORIES
 
     key = str(case_id)
     if ":" in key:
         return _load_outside_case(key)
+    if key.startswith("gen-"):  # a generated case: rebuilt from its name, refused if not kept
+        return importlib.import_module("rasp_programs.generate_check").checked_case(key)
     if key not in BUILTIN_FACTORIES:
-        known = ", ".join(builtin_case_ids())
+        from rasp_programs.catalogue import MAIN_CASE_IDS
+
+        more = len(BUILTIN_FACTORIES) - len(MAIN_CASE_IDS)  # the full list is `zoo list`, not one error line
         raise CaseError(
-            f"unknown case {key!r}; known cases: {known} (or package.module:function for your own)"
+            f"unknown case {key!r}; known cases: {', '.join(MAIN_CASE_IDS)} and {more} more from InterpBench's "
+            "Appendix H (`zoo list`), gen-SEED-INDEX from `zoo generate`, or package.module:function for your own"
         )
     module_name, func_name = BUILTIN_FACTORIES[key].split(":")
     return getattr(importlib.import_module(module_name), func_name)()

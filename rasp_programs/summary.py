@@ -30,8 +30,12 @@ def build_catalogue(cache_dir: Path | None = None) -> dict[str, Any]:
     from rasp_programs.case import builtin_case_ids, get_case
     from rasp_programs.compile import compile_case
 
+    from rasp_programs.catalogue import NOT_BUILT
+
     rows = [summary_row(compile_case(get_case(cid), cache_dir)) for cid in builtin_case_ids()]
-    return {"schema_version": 1, "cases": rows}
+    # why: a described case that could not be built is listed with its reason, never dropped
+    not_built = [{"id": cid, "reason": why} for cid, why in NOT_BUILT.items()]
+    return {"schema_version": 1, "cases": rows, "not_built": not_built}
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -8,10 +8,10 @@ import torch
 
 from eval.circuit import INPUT, LOGITS, Circuit, node_sort_key, parse_node
 from eval.hooks import adapt
-from rasp_programs.case import builtin_case_ids
+from case_table import case_params
 from rasp_programs.graph import component_reads_writes
 
-CASE_IDS = builtin_case_ids()
+CASE_IDS = case_params()
 
 
 @pytest.mark.parametrize("case_id", CASE_IDS)

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rasp_programs.case import builtin_case_ids
+from case_table import case_params
 from siit.config import TrainConfig
 from siit.data import inert_high_nodes, pair_sources, step_generator
 from siit.trainer import prepare
@@ -19,7 +19,7 @@ def _nodes_never_changing_output(s, task: str, pairing: str) -> list[str]:
     return inert_high_nodes(d, s.high, s.high_masks, s.corr.high_nodes, sources, task)
 
 
-@pytest.mark.parametrize("case_id", builtin_case_ids())
+@pytest.mark.parametrize("case_id", case_params())
 def test_resolved_pairing_exercises_every_high_level_node(case_id, compiled):
     cc = compiled(case_id)
     s = prepare(cc, TrainConfig(n_train=1024, n_val=64))

@@ -4,7 +4,8 @@ case.json is data. Its `id` is never resolved with the `package.module:function`
 run whatever module a publisher names: `sys:exit`, `os:abort`, ...). Instead:
 
 - a built-in InterpBench number ("33") goes through the fixed registry of built-in cases
-  (rasp_programs.catalogue.BUILTIN_FACTORIES: the project's own modules only), and the file's task
+  (rasp_programs.catalogue.BUILTIN_FACTORIES: the project's own modules only), a generated name
+  (`gen-0-3`) is rebuilt by rasp_programs.generate from the parsed name, and the file's task
   fields (vocabulary, lengths, causal flag, task kind, BOS / PAD) must equal the built-in case's;
 - any other id becomes a *data-only* case built from the file alone: vocabulary, lengths, task
   kind, the uniform sampler; it has no RASP program. Asking for its program (compiling it, its
@@ -64,10 +65,14 @@ def case_from_json(data: Mapping[str, Any], *, entry: str) -> Case:
     _check_fields(data, what)
     from rasp_programs.catalogue import BUILTIN_FACTORIES
 
-    if case_id in BUILTIN_FACTORIES:
+    if case_id in BUILTIN_FACTORIES or case_id.startswith("gen-"):
         from rasp_programs.case import get_case
+        from rasp_programs.generate import generated_case
 
-        case = get_case(case_id)  # the fixed registry: a key of BUILTIN_FACTORIES, nothing else
+        try:  # the fixed registry, or the generator rebuilding a gen- name (parsed, nothing imported)
+            case = generated_case(case_id) if case_id.startswith("gen-") else get_case(case_id)
+        except CaseError as exc:
+            raise ArtifactError(f"{what}: {exc}") from None
         ours = case.metadata()
         for key in TASK_FIELDS:
             if canon(ours[key]) != canon(data[key]):

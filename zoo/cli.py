@@ -18,8 +18,9 @@ from zoo.errors import CriterionNotMet, ZooError
 DESCRIPTION = """\
 zoo: transformers whose circuit is known, and a scorer for circuit-discovery methods.
 
-Kinds: `case` (a RASP program compiled with Tracr: an InterpBench case number such as 33, or
-package.module:function returning a rasp_programs.Case) and `planted` (hand-written models).
+Kinds: `case` (a RASP program compiled with Tracr: an InterpBench case number such as 33, a
+generated case such as gen-0-1 from `zoo generate`, or package.module:function returning a
+rasp_programs.Case) and `planted` (hand-written models).
 Entries live under $ZOO_HOME (default ~/.cache/zoo); --root overrides it.
 Exit codes: 0 done, 1 ran but did not meet its criterion, 2 bad input."""
 

@@ -34,9 +34,18 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 def load_catalogue() -> list[dict[str, Any]]:
     """The shipped summary of built-in cases (no jax / torch import)."""
+    return _catalogue_file()["cases"]
+
+
+def load_not_built() -> list[dict[str, str]]:
+    """Described cases (InterpBench Table 11) that could not be built, each with its reason."""
+    return _catalogue_file().get("not_built", [])
+
+
+def _catalogue_file() -> dict[str, Any]:
     from importlib import resources
 
-    return json.loads(resources.files("rasp_programs").joinpath("catalogue.json").read_text())["cases"]
+    return json.loads(resources.files("rasp_programs").joinpath("catalogue.json").read_text())
 
 
 def run_list(args: argparse.Namespace) -> int:
@@ -60,6 +69,8 @@ def run_list(args: argparse.Namespace) -> int:
         cells = [c.ljust(w) for c, w in zip(row[:-1], widths)]
         desc = row[-1] if len(row[-1]) <= 70 else row[-1][:67] + "..."
         print("  ".join(cells + [desc]))
+    for row in load_not_built():  # why: a described case that is not built is said, not hidden
+        print(f"not built: case {row['id']}: {row['reason']}")
     return 0
 
 

@@ -1,7 +1,8 @@
 """`zoo push` and `zoo pull`: entries of the local zoo root <-> one Hugging Face Hub repository.
 
     zoo push case 33 --repo-id ORG/NAME     one entry, as folder case-33/ of the repository
-    zoo push --all --repo-id ORG/NAME       every entry of the local root, in one commit
+    zoo push --all --repo-id ORG/NAME       every good entry of the local root, in one commit
+                                            (not `case-N.failed/`, nor one that missed its criterion)
     zoo pull case 33 [--repo-id ORG/NAME]   download, verify, install into the local root
 
 The repository is --repo-id, else $ZOO_REPO_ID; there is no built-in default.
@@ -40,7 +41,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         p = sub.add_parser(verb, help=help_text, description=description)
         p.add_argument("kind", nargs="?", choices=("case", "planted"), help="what kind of entry")
         p.add_argument("id", nargs="?", help="case number (e.g. 33) or planted model name")
-        p.add_argument("--all", action="store_true", help="every entry (of the local root / the repository)")
+        p.add_argument("--all", action="store_true", help="every entry (push: of the local root, leaving out those whose "
+                       "training missed its criterion; pull: of the repository)")
         p.add_argument("--repo-id", metavar="ORG/NAME", help="Hub repository (default $ZOO_REPO_ID)")
         p.add_argument("--revision", metavar="REV", help="branch or commit (default main)")
         if verb == "push":
@@ -80,8 +82,14 @@ def run_push(args: argparse.Namespace) -> int:
 
     entries = entries_dir(zoo_root(args.root))
     names = _names(args)
-    if names is None:
+    left_out: list[str] = []
+    if names is None:  # every good entry: `case-N.failed/` never, nor one whose training missed its criterion
         names = sorted(p.name for p in entries.iterdir() if ENTRY_NAME.fullmatch(p.name)) if entries.is_dir() else []
+        left_out = [name for name in names if _missed_criterion(entries / name)]
+        names = [name for name in names if name not in left_out]
+        if left_out:
+            print(f"zoo: left out {', '.join(left_out)}: training did not meet its criterion "
+                  "(push one by name to publish it anyway)", file=sys.stderr)
         if not names:
             raise ZooError(f"no entries in {entries} to push (train one with `zoo train case <id>`)")
     dirs: list[Path] = []
@@ -91,6 +99,8 @@ def run_push(args: argparse.Namespace) -> int:
         dirs.append(entries / name)
     result = push_entries(dirs, repo_id=args.repo_id, revision=args.revision,
                           private=True if args.private else None, message=args.message)
+    if left_out:
+        result = {**result, "left_out": left_out}
     if args.json:
         print(json.dumps(result, indent=1))
     else:
@@ -98,6 +108,14 @@ def run_push(args: argparse.Namespace) -> int:
               f"({result['entry_bytes'] / 1024:.1f} KiB, {result['table_entries']} entries in the table, "
               f"{result['seconds']:.2f} s)")
     return 0
+
+
+def _missed_criterion(entry_dir: Path) -> bool:
+    """Whether the entry's training.json says it did not meet its criterion (absent: not known)."""
+    try:
+        return json.loads((entry_dir / "training.json").read_text()).get("met_criterion") is False
+    except (OSError, ValueError, AttributeError):
+        return False  # push verifies the entry and reports what is wrong with it
 
 
 def run_pull(args: argparse.Namespace) -> int:

@@ -29,7 +29,9 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Intervention Training until accuracy, IIA and SIIA reach the criterion on held-out data, "
         "measure per-node effects and write the entry (safetensors + JSON + card). "
         "Exit 1 if the criterion is not met (the entry is still written, met_criterion=false).")
-    add_common(p)
+    add_common(p, kind_id=False)
+    p.add_argument("kind", nargs="?", choices=("case", "planted"), help="what kind of entry")
+    p.add_argument("id", nargs="?", help="case number (e.g. 33), gen-SEED-INDEX or package.module:function")
     p.add_argument("--scheme", choices=("alg1", "apph"), default="apph",
                    help="alg1: the paper's Algorithm 1 (three updates per batch, one non-aligned node "
                    "per strictness sample); apph: Appendix H (one summed loss, each non-aligned node "
@@ -50,7 +52,18 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint of an interrupted run with the same options")
-    p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the models are tiny)")
+    p.add_argument("--threads", type=int, default=None,
+                   help="torch CPU threads (default 1: the models are tiny; with several cases cores/jobs)")
+    many = p.add_argument_group("many cases (zoo.train_many): instead of `case <id>`; entries that met "
+                                "their criterion are skipped, exit 1 if any case failed")
+    many.add_argument("--all", action="store_true", help="InterpBench's 16 main cases")
+    many.add_argument("--catalogue", action="store_true", help="every built-in case (the 16 and Appendix H's)")
+    many.add_argument("--cases", metavar="ID,ID,...", help="these cases, e.g. 3,4,33")
+    many.add_argument("--generated", type=int, metavar="N", help="N cases from `zoo generate` (default settings)")
+    many.add_argument("--generated-seed", type=int, default=0, metavar="S", help="seed of --generated (default 0)")
+    many.add_argument("--jobs", type=int, metavar="J", help="worker processes (default one per core)")
+    many.add_argument("--ray", metavar="ADDRESS", help="run the cases as Ray tasks on the cluster at ADDRESS "
+                      "(HOST:PORT, ray://HOST:PORT, auto; local starts one here); needs the ray extra")
     p.set_defaults(func=run_train)
 
     p = sub.add_parser(
@@ -137,6 +150,18 @@ def run_train(args: argparse.Namespace) -> int:
     from zoo.commands.common import resolve_case
     from zoo.errors import CriterionNotMet
 
+    from zoo import train_many
+    from zoo.errors import ZooError
+
+    if train_many.multi_requested(args):
+        _check_args(args)
+        _train_config(args)  # bad options are exit 2 before any case runs
+        return train_many.run(args, job=train_case_job, met_criterion=_met_criterion)
+    for flag in ("jobs", "ray"):
+        if getattr(args, flag) is not None:
+            raise ZooError(f"--{flag} goes with --all, --catalogue, --cases or --generated")
+    if not (args.kind and args.id):
+        raise ZooError("`zoo train` needs `case <id>` (e.g. `case 33`), --all, --catalogue, --cases or --generated")
     _check_args(args)
     case = resolve_case(args.kind, args.id)
     dest = _destination(args, case)
@@ -148,7 +173,7 @@ def run_train(args: argparse.Namespace) -> int:
     from siit.trainer import TrainingInterrupted, train
     from siit.validation import validate_model
 
-    torch.set_num_threads(args.threads)
+    torch.set_num_threads(args.threads or 1)
     compiled = _compiled(args, case)
     checkpoint_dir = dest.parent / f".{dest.name}.checkpoint"
     if not args.json:
@@ -178,6 +203,65 @@ def run_train(args: argparse.Namespace) -> int:
             f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
             f"SIIA min {summary['siia_min']:.4f}); entry written to {dest} with met_criterion=false")
     return 0
+
+
+def train_case_job(case_id: str, options: dict[str, Any], threads: int) -> tuple[dict[str, Any], dict[str, bytes] | None]:
+    """One case of `zoo train --all` (zoo.train_many), in a worker process or a Ray task: compile,
+    train, validate; return the summary row and the entry's files as bytes (installed by the
+    driver, so a Ray node needs no shared disk). Any failure is a row, never an exception."""
+    import time
+
+    from zoo.train_many import summary_row
+
+    start = time.perf_counter()
+    try:
+        return _train_case_job(case_id, options, threads, start)
+    except BaseException as exc:  # noqa: BLE001 - a failed case is a row; Ctrl-C ends only this case
+        return summary_row(case_id, "error", wall=time.perf_counter() - start,
+                           error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300]), None
+
+
+def _train_case_job(case_id: str, options: dict[str, Any], threads: int, start: float):
+    import tempfile
+    import time
+
+    import torch
+
+    from siit.trainer import train
+    from siit.validation import validate_model
+    from zoo.artifact import read_entry
+    from zoo.commands.common import resolve_case
+    from zoo.paths import entries_dir
+    from zoo.train_many import summary_row
+
+    torch.set_num_threads(threads)
+    args = argparse.Namespace(kind="case", id=case_id, **options)
+    case = resolve_case("case", case_id)
+    config = _train_config(args)
+    try:
+        compiled = _compiled(args, case)
+    except Exception:  # noqa: BLE001 - the root's compile cache is not writable here (a Ray node)
+        args.root = tempfile.mkdtemp(prefix="zoo-compile-")
+        compiled = _compiled(args, case)
+    checkpoint_dir: Path | None = entries_dir(Path(options["root"])) / f".{case.entry_name}.checkpoint"
+    try:
+        checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
+    except OSError:
+        checkpoint_dir = None
+    result = train(compiled, config, checkpoint_dir=checkpoint_dir, resume=options["resume"])
+    validation = validate_model(result.model, result.evaluator)
+    with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
+        dest = _write(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,
+                      command=["zoo", "train", "case", case_id])
+        files = dict(read_entry(dest).data)
+    if checkpoint_dir is not None:
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    m = result.metrics
+    row = summary_row(case_id, "met" if result.met_criterion else "not met", met=result.met_criterion,
+                      steps=result.steps, wall=time.perf_counter() - start, accuracy=m["accuracy"],
+                      iia=m["iia_min"], siia=m["siia_min"], siia_all=m["siia_all"],
+                      effect=validation["max_out_of_circuit_effect"]["resample"])
+    return row, files
 
 
 def _write(dest: Path, compiled, *, result, validation, command) -> Path:
@@ -259,7 +343,8 @@ def _progress_bar(total: int):
 
     def update_to(step: int, postfix: dict[str, float]) -> None:
         bar.n = step
-        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items()}, refresh=False)
+        bar.total = int(postfix.get("budget", bar.total))  # extended when training stalls
+        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items() if k != "budget"}, refresh=False)
         bar.update(0)
 
     bar.update_to = update_to  # type: ignore[attr-defined]

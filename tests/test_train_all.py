@@ -1,0 +1,129 @@
+"""`zoo train --all / --catalogue / --cases / --generated` (zoo.train_many): many entries in worker processes or
+Ray tasks; entries that met their criterion are skipped; a failed case is a row of the summary, does
+not stop the others and makes the exit code 1; one-line errors for bad input.
+
+Budget: one epoch of batch 64, no distractors, criterion 0.995. With seed 0 case 8 meets it at
+step 25 and case 3 does not (accuracy ~0.46 after 32 steps): one passing and one failing case."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from zoo.cli import main
+
+TINY = ["--epochs", "1", "--batch-size", "64", "--no-distractors", "--criterion", "0.995"]
+
+
+def _run(argv: list[str], capsys) -> tuple[int, dict]:
+    code = main(["train", *argv, *TINY, "--json"])
+    out = capsys.readouterr().out
+    return code, json.loads(out)
+
+
+def _training(root: Path, name: str) -> dict:
+    return json.loads((root / "entries" / name / "training.json").read_text())
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--all", "case", "33"], "not both"),
+    (["--cases", "8,999"], "unknown case '999'"),
+    (["--cases", " , "], "no case ids"),
+    (["--all", "--cases", "3"], "--all and --cases"),
+    (["--all", "--catalogue"], "--all and --catalogue"),
+    (["--generated", "0"], "--generated must be >= 1"),
+    (["--all", "--out", "x"], "--out"),
+    (["--all", "--jobs", "0"], "--jobs"),
+    (["--all", "--ray", "not an address"], "--ray"),
+    (["--all", "--ray", "127.0.0.1:1"], "no Ray head"),
+    (["case", "33", "--jobs", "2"], "--jobs goes with"),
+    ([], "needs `case <id>`"),
+])
+def test_bad_input_exits_2_with_one_line(argv, needle, tmp_path: Path, capsys) -> None:
+    root = tmp_path / "root"
+    assert main(["train", *argv, "--root", str(root)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("zoo: error:") and needle in err, err
+    assert not root.exists()
+
+
+def test_cases_write_every_entry_and_a_rerun_trains_only_what_is_missing(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "root"
+    code, summary = _run(["--cases", "8,33", "--jobs", "2", "--root", str(root)], capsys)
+    assert code == 0, summary
+    assert [r["case"] for r in summary["rows"]] == ["8", "33"]
+    assert all(r["status"] == "met" and r["met_criterion"] and r["steps"] > 0 for r in summary["rows"])
+    for name in ("case-8", "case-33"):
+        assert _training(root, name)["met_criterion"] is True
+    assert json.loads((root / "train-all-summary.json").read_text()) == summary
+
+    # a run killed after case 8: case 33's entry is missing; the rerun trains it alone
+    import shutil
+
+    shutil.rmtree(root / "entries" / "case-33")
+    before = (root / "entries" / "case-8" / "model.safetensors").stat().st_mtime_ns
+    code, again = _run(["--cases", "8,33", "--root", str(root)], capsys)
+    assert code == 0
+    rows = {r["case"]: r for r in again["rows"]}
+    assert rows["8"]["status"] == "skipped" and rows["8"]["steps"] == summary["rows"][0]["steps"]
+    assert rows["33"]["status"] == "met"
+    assert again["trained"] == 1 and again["skipped"] == 1 and again["failed"] == []
+    assert (root / "entries" / "case-8" / "model.safetensors").stat().st_mtime_ns == before
+    assert _training(root, "case-33")["met_criterion"] is True
+
+
+def test_a_failing_case_leaves_the_others_written_and_exits_1_with_its_row(tmp_path: Path, capsys,
+                                                                            monkeypatch) -> None:
+    root = tmp_path / "root"
+    code = main(["train", "--cases", "8,3", *TINY, "--jobs", "2", "--root", str(root)])
+    captured = capsys.readouterr()
+    assert code == 1
+    table = captured.out
+    assert "not met" in table and "failed (3)" in table
+    row3 = next(line for line in table.splitlines() if line.split()[:1] == ["3"])
+    assert "not met" in row3 and "0.4" in row3  # its numbers, not just its name
+    summary = json.loads((root / "train-all-summary.json").read_text())
+    rows = {r["case"]: r for r in summary["rows"]}
+    assert summary["failed"] == ["3"]
+    assert rows["8"]["met_criterion"] is True
+    assert rows["3"]["met_criterion"] is False and rows["3"]["accuracy"] < 0.995 and rows["3"]["steps"] == 32
+    assert _training(root, "case-8")["met_criterion"] is True
+    assert _training(root, "case-3")["met_criterion"] is False  # written, marked as failed
+
+    # `zoo push --all` publishes the good entries only: not case-3, nor a `case-8.failed/`
+    import shutil
+
+    from hub_server import hub_environment
+
+    shutil.copytree(root / "entries" / "case-3", root / "entries" / "case-8.failed")
+    server = hub_environment(monkeypatch, tmp_path)
+    try:
+        code = main(["push", "--all", "--repo-id", "zoo-test/zoo", "--root", str(root), "--json"])
+        captured = capsys.readouterr()
+        assert code == 0, captured.err
+        pushed = json.loads(captured.out)
+        assert pushed["entries"] == ["case-8"] and pushed["left_out"] == ["case-3"]
+        assert "left out case-3" in captured.err
+        assert not any(name.startswith(("case-3/", "case-8.failed/")) for name in server.files("zoo-test/zoo"))
+    finally:
+        server.stop()
+
+
+def test_on_a_local_ray_instance(tmp_path: Path, capsys) -> None:
+    ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
+    root = tmp_path / "root"
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        code, summary = _run(["--cases", "8,3", "--ray", "auto", "--root", str(root)], capsys)
+    finally:
+        ray.shutdown()
+    assert code == 1 and summary["engine"] == "ray auto"
+    rows = {r["case"]: r for r in summary["rows"]}
+    assert rows["8"]["status"] == "met" and rows["3"]["status"] == "not met" and summary["failed"] == ["3"]
+    assert _training(root, "case-8")["met_criterion"] is True
+    assert _training(root, "case-3")["met_criterion"] is False
+    # rerun: case 8 met its criterion and is skipped without starting Ray
+    code, again = _run(["--cases", "8", "--ray", "auto", "--root", str(root)], capsys)
+    assert code == 0 and again["rows"][0]["status"] == "skipped" and again["trained"] == 0

@@ -20,6 +20,7 @@ from eval.chance import chance_line, circuit_chance, output_kind
 from eval.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
 from eval.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
 from eval.methods import Method, MethodError, MethodOutput, call_method, get_method, read_score_file
+from eval.score_files import save_output
 from eval.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
 from eval.report import EvalReport, LevelResult, MethodResult, versions
 from eval.task import TaskData, make_task
@@ -73,10 +74,11 @@ class Settings:
 
 def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = (), *,
              scores: str | Path | Sequence[str | Path] = (), settings: Settings | None = None,
-             **overrides: Any) -> EvalReport:
+             save_scores: str | Path | None = None, **overrides: Any) -> EvalReport:
     """Evaluate methods (registry keys, `package.module:function`, Method records) and / or MIB
     score files on a Target; keyword overrides set Settings fields. `zoo.evaluate` builds the
-    Target from an entry, a compiled case or a case id."""
+    Target from an entry, a compiled case or a case id. With `save_scores`, each method's main run
+    is written there as MIB files (eval.score_files)."""
     s = dataclasses.replace(settings or Settings(), **overrides)
     if s.chance_draws < 2:
         raise ValueError(f"chance_draws must be at least 2 (a standard error needs two draws), got {s.chance_draws}")
@@ -98,6 +100,9 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
     for method in resolved:
         start = time.perf_counter()
         out = call_method(method, t.model, task, graph=graph, seed=s.seed, ablation=s.ablation)
+        if save_scores is not None:
+            save_output(out, graph, Path(save_scores), method.key,
+                        cfg={"case": t.case.id, "model": t.which, "seed": s.seed, "n": s.n, "ablation": s.ablation})
         reruns = []
         if method.seeded and s.stability_seeds > 1:
             for k in range(1, s.stability_seeds):

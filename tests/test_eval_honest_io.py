@@ -239,3 +239,42 @@ def test_eval_help_names_every_registered_method() -> None:
     from zoo.commands.evaluate import BUILTIN_METHOD_KEYS
 
     assert BUILTIN_METHOD_KEYS == tuple(REGISTRY)
+
+
+def test_save_scores_writes_mib_files_that_read_back_to_the_same_output(tmp_path: Path) -> None:
+    """--save-scores: a scorer's file and a circuit method's folder read back as what was written."""
+    from eval.graph import ComputationGraph
+    from eval.methods import CircuitRun, MethodOutput, read_score_file
+    from eval.score_files import file_stem, save_output
+
+    graph = ComputationGraph(n_layers=2, n_heads=2)
+    scores = MethodOutput(node_scores={"a0.h0": 0.5, "m1": -1.0},
+                          edge_scores={("input", "a1.h0<q>"): 0.25, ("m0", "logits"): 2.0})
+    path = save_output(scores, graph, tmp_path / "out", "pkg.mod:fn")
+    assert path == tmp_path / "out" / "pkg.mod_fn.json" and file_stem("..:/") == "_"
+    back = read_score_file(path, graph)
+    assert dict(back.edge_scores) == dict(scores.edge_scores)
+    assert back.node_scores["a0.h0"] == 0.5 and back.node_scores["m1"] == -1.0
+    runs = MethodOutput(circuits=(CircuitRun(param=0.1, nodes=frozenset({"a0.h0", "m1"}),
+                                             edges=frozenset({("input", "a0.h0"), ("a0.h0", "m1"), ("m1", "logits")})),
+                                  CircuitRun(param=1.0, nodes=frozenset({"m1"}), edges=frozenset({("m1", "logits")}))))
+    folder = save_output(runs, graph, tmp_path / "out", "acdc")
+    again = read_score_file(folder, graph)
+    assert [(r.param, r.nodes, r.edges) for r in again.circuits] == [(r.param, r.nodes, r.edges) for r in runs.circuits]
+    assert not [p for p in (tmp_path / "out").iterdir() if p.name.startswith(".")]  # no temporaries left
+
+
+def test_zoo_eval_save_scores_round_trips_through_scores(tmp_path: Path, capsys) -> None:
+    from zoo.cli import main
+
+    root, out = str(tmp_path / "root"), tmp_path / "saved"
+    args = ["eval", "case", "33", "--model", "compiled", "--root", root, "--n", "16", "--stability-seeds", "1",
+            "--permutations", "10", "--json"]
+    assert main([*args, "--method", "eap", "--save-scores", str(out)]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main([*args, "--scores", str(out / "eap.json")]) == 0
+    second = json.loads(capsys.readouterr().out)
+    assert second["methods"][0]["edge"]["auroc"] == first["methods"][0]["edge"]["auroc"]
+    (tmp_path / "afile").write_text("x")
+    assert main([*args, "--method", "eap", "--save-scores", str(tmp_path / "afile")]) == 2
+    assert "is a file" in capsys.readouterr().err

@@ -51,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--permutations", type=int, default=1000, metavar="B",
                    help="permutation-null size for cross-method convergence (default 1000)")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
+    p.add_argument("--save-scores", metavar="DIR",
+                   help="write each method's scores as a MIB score file DIR/<method>.json (circuit methods: "
+                   "a folder DIR/<method>/ of MIB circuit files, one per hyperparameter value); "
+                   "`--scores` reads both back")
     p.set_defaults(func=run_eval)
 
 
@@ -68,6 +72,8 @@ def run_eval(args: argparse.Namespace) -> int:
     for path in args.scores:
         if not Path(path).exists():
             raise ZooError(f"score file {path!r} does not exist")
+    if args.save_scores is not None and Path(args.save_scores).exists() and not Path(args.save_scores).is_dir():
+        raise ZooError(f"--save-scores {args.save_scores!r} is a file; name a directory")
     case = resolve_case(args.kind, args.id)
 
     from eval.methods import MethodError
@@ -78,9 +84,12 @@ def run_eval(args: argparse.Namespace) -> int:
         with _stdout_to_stderr():  # whatever runs (a method, a library) prints to stderr, never into the report
             report = evaluate(case, args.method, scores=args.scores, model=args.model or "auto", root=args.root,
                               n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
-                              stability_seeds=args.stability_seeds, permutations=args.permutations)
+                              stability_seeds=args.stability_seeds, permutations=args.permutations,
+                              save_scores=args.save_scores)
     except (MethodError, ValueError) as exc:
         raise ZooError(str(exc)) from None
+    except OSError as exc:  # --save-scores could not be written
+        raise ZooError(f"cannot write {exc.filename or args.save_scores}: {exc.strerror}") from None
     if args.plots:
         _write_plots_atomically(report, Path(args.plots))
     if args.json:

@@ -35,3 +35,24 @@ def resolve_case(kind: str, case_id: str):
         return get_case(case_id)
     except CaseError as exc:
         raise ZooError(str(exc)) from None
+
+
+def step_bar(total: int, desc: str | None = None):
+    """A tqdm bar of training steps (imported late: the CLI must start fast) with `update_to(step,
+    postfix)`, siit.trainer's progress callback: the bar follows the step budget, which grows when
+    training extends it (siit.adaptation)."""
+    import sys
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, file=sys.stderr, unit="step", desc=desc, mininterval=0.25, leave=False,
+               dynamic_ncols=True)
+
+    def update_to(step: int, postfix: dict[str, float]) -> None:
+        bar.n = step
+        bar.total = int(postfix.get("budget", bar.total))
+        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items() if k != "budget"}, refresh=False)
+        bar.update(0)
+
+    bar.update_to = update_to  # type: ignore[attr-defined]
+    return bar

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -80,19 +79,11 @@ def run_realism(args: argparse.Namespace) -> int:
 
 @contextlib.contextmanager
 def _progress_bar(kind: str, total: int) -> Iterator[Any]:
-    from tqdm import tqdm
+    from zoo.commands.common import step_bar
 
-    bar = tqdm(total=total, file=sys.stderr, unit="step", desc=f"training {kind} model", mininterval=0.25,
-               leave=False, dynamic_ncols=True)
-
-    def update_to(step: int, postfix: dict[str, float]) -> None:
-        bar.n = step
-        bar.total = int(postfix.get("budget", bar.total))  # extended when training stalls
-        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items() if k != "budget"}, refresh=False)
-        bar.update(0)
-
+    bar = step_bar(total, desc=f"training {kind} model")
     try:
-        yield update_to
+        yield bar.update_to
     finally:
         bar.close()
 

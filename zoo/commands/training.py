@@ -147,7 +147,7 @@ def _compiled(args: argparse.Namespace, case):
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from zoo.commands.common import resolve_case
+    from zoo.commands.common import resolve_case, step_bar
     from zoo.errors import CriterionNotMet
 
     from zoo import train_many
@@ -178,7 +178,7 @@ def run_train(args: argparse.Namespace) -> int:
     checkpoint_dir = dest.parent / f".{dest.name}.checkpoint"
     if not args.json:
         print(f"training case {case.id} ({case.name}), scheme {config.scheme} -> {dest}", file=sys.stderr)
-    bar = _progress_bar(config.max_steps)
+    bar = step_bar(config.max_steps)
     try:
         result = train(compiled, config, checkpoint_dir=checkpoint_dir, resume=args.resume,
                        progress=bar.update_to)
@@ -334,21 +334,6 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(f"  circuit vs activation/weight size (separation, 0.5 = no better than chance): output norm "
           f"{sep['output_norm']:.2f}, output variance {sep['output_variance']:.2f}, weight norm "
           f"{sep['weight_norm']:.2f}{r2}")
-
-
-def _progress_bar(total: int):
-    from tqdm import tqdm
-
-    bar = tqdm(total=total, file=sys.stderr, unit="step", mininterval=0.25, leave=False, dynamic_ncols=True)
-
-    def update_to(step: int, postfix: dict[str, float]) -> None:
-        bar.n = step
-        bar.total = int(postfix.get("budget", bar.total))  # extended when training stalls
-        bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items() if k != "budget"}, refresh=False)
-        bar.update(0)
-
-    bar.update_to = update_to  # type: ignore[attr-defined]
-    return bar
 
 
 def run_validate(args: argparse.Namespace) -> int:

@@ -66,6 +66,11 @@ class ComputationGraph:
         return frozenset(self.edges)
 
     @functools.cached_property
+    def known_edges(self) -> frozenset[tuple[str, str]]:
+        """Every edge name at either granularity (what check_edge accepts), built once per graph."""
+        return self.at("qkv").edge_set | self.at("head").edge_set
+
+    @functools.cached_property
     def head_edges(self) -> tuple[tuple[str, str], ...]:
         """The edges promoted to head granularity (what ground truth is labelled at)."""
         return tuple(dict.fromkeys((promote(s), promote(d)) for s, d in self.edges))
@@ -88,7 +93,7 @@ class ComputationGraph:
     def check_edge(self, src: str, dst: str) -> tuple[str, str]:
         """(src, dst) if it is an edge of this graph at either granularity, else ValueError."""
         self.check_node(src), self.check_node(dst)
-        if (src, dst) in self.at("qkv").edge_set or (src, dst) in self.at("head").edge_set:
+        if (src, dst) in self.known_edges:
             return src, dst
         raise ValueError(f"edge {src}->{dst} is not in the model's graph (a writer must precede its reader)")
 

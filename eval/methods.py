@@ -160,30 +160,22 @@ def _edge_scores(raw: Any, graph: ComputationGraph, source: str) -> dict[tuple[s
     if not isinstance(raw, Mapping):
         raise MethodError(f"{source}: 'edges' must map 'src->dst' to scores, got {type(raw).__name__}")
     out: dict[tuple[str, str], float] = {}
-    known = _edge_universe(graph)
     for key, value in raw.items():
         try:
             edge = parse_edge(key) if isinstance(key, str) else (str(key[0]), str(key[1]))
-            if edge not in known:
-                graph.check_edge(*edge)  # raises with the reason
+            graph.check_edge(*edge)
         except (ValueError, TypeError, IndexError) as exc:
             raise MethodError(f"{source}: {exc}") from None
         out[edge] = _finite(value, f"edge {edge[0]}->{edge[1]}", source)
     return out
 
 
-def _edge_universe(graph: ComputationGraph) -> frozenset[tuple[str, str]]:
-    """Every edge name at head and q/k/v granularity, built once per call: `graph.check_edge`
-    rebuilds both edge lists each time, which made reading a score file quadratic in its edges."""
-    return graph.at("qkv").edge_set | graph.at("head").edge_set
-
-
-def _check_edge(edge: Any, graph: ComputationGraph, known: frozenset[tuple[str, str]]) -> tuple[str, str]:
+def _check_edge(edge: Any, graph: ComputationGraph) -> tuple[str, str]:
     pair = parse_edge(edge) if isinstance(edge, str) else tuple(edge)
     if len(pair) != 2:
         raise ValueError(f"not an edge: {edge!r} (expected 'src->dst' or a (src, dst) pair)")
     pair = (str(pair[0]), str(pair[1]))
-    return pair if pair in known else graph.check_edge(*pair)
+    return graph.check_edge(*pair)
 
 
 def _circuits(raw: Any, graph: ComputationGraph, source: str) -> tuple[CircuitRun, ...] | None:
@@ -192,7 +184,6 @@ def _circuits(raw: Any, graph: ComputationGraph, source: str) -> tuple[CircuitRu
     if isinstance(raw, (str, bytes, Mapping)) or not isinstance(raw, Iterable):
         raise MethodError(f"{source}: 'circuits' must be a list of circuits (one per hyperparameter value)")
     runs = []
-    known = _edge_universe(graph)
     for i, item in enumerate(raw):
         if isinstance(item, CircuitRun):
             item = {"param": item.param, "nodes": item.nodes, "edges": item.edges}
@@ -203,7 +194,7 @@ def _circuits(raw: Any, graph: ComputationGraph, source: str) -> tuple[CircuitRu
             edges = item.get("edges")
             if edges is not None:
                 edges = frozenset(
-                    (promote(e[0]), promote(e[1])) for e in (_check_edge(x, graph, known) for x in edges)
+                    (promote(e[0]), promote(e[1])) for e in (_check_edge(x, graph) for x in edges)
                 )
         except (ValueError, TypeError) as exc:
             raise MethodError(f"{source}: circuit {i}: {exc}") from None

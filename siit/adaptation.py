@@ -15,8 +15,10 @@ an emphasis and four lr cycles). Before giving up, training adapts, in this orde
    left: a warm restart when the decayed lr had fallen below that, a drop (as in PyTorch's
    ReduceLROnPlateau) when it had not.
 3. extension: when the budget runs out first, it grows by `extension` x the configured budget (at
-   most `max_extensions` times), with an lr restart; only if the run is within `reach` of the
-   criterion, so a hopeless run still stops at the budget it was given.
+   most `max_extensions` times), with an lr restart; only if the run has come within `reach` of
+   the criterion (at its best validation, not only its last: case 11's distractor R² dipped from
+   within reach to .82 in the last 300 steps and the run gave up), so a hopeless run still stops at
+   the budget it was given.
 
 Everything is a pure function of the validation history, so a resumed run makes the same choices,
 and the state is plain JSON (saved in checkpoints, written to training.json).
@@ -123,16 +125,18 @@ def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics:
 
 
 def extend(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any] | None) -> AdaptState | None:
-    """A longer budget when it has run out short of the criterion but within reach; None: give up."""
+    """A longer budget when it has run out short of the criterion, having come within reach of it
+    (at the best validation so far: the last one can dip); None: give up."""
     if not config.adaptive or state.extensions >= config.max_extensions or metrics is None:
         return None
     worst = worst_metric(metrics, config)
-    if not _within_reach(worst, config):
+    if not _within_reach(max(worst, state.best), config):
         return None
     extra = max(1, round(config.extension * config.max_steps))
     state = dataclasses.replace(state, budget=state.budget + extra, extensions=state.extensions + 1,
                                 emphasis=True)
-    reason = f"budget spent at worst metric {worst:.4f} (within {config.reach} of the criterion): +{extra} steps"
+    reason = (f"budget spent at worst metric {worst:.4f}, best {max(worst, state.best):.4f} "
+              f"(within {config.reach} of the criterion): +{extra} steps")
     return _restart(state, config, step, reason, action="extension")
 
 

@@ -87,6 +87,18 @@ def test_extension_only_within_reach_and_at_most_max_extensions() -> None:
     assert twice is not None and adaptation.extend(twice, config, twice.budget, close) is None
 
 
+def test_extension_counts_the_best_validation_not_only_the_last() -> None:
+    config = TrainConfig(max_extensions=2, reach=0.02, extension=0.5)
+    state = adaptation.start(config)
+    state = adaptation.after_validation(state, config, 25, _metrics({"a": 0.99}))  # came within reach
+    dipped = _metrics({"a": 1.0}, r2=0.82)  # then a distractor's R² fell: 0.82 / 0.9 = 0.91
+    assert adaptation.worst_metric(dipped, config) < 1 - config.reach
+    later = adaptation.extend(state, config, config.max_steps, dipped)
+    assert later is not None and later.extensions == 1 and "best 0.9900" in later.actions[-1]["reason"]
+    never = adaptation.after_validation(adaptation.start(config), config, 25, _metrics({"a": 0.9}))
+    assert adaptation.extend(never, config, config.max_steps, dipped) is None  # never within reach
+
+
 def test_state_round_trips_through_json() -> None:
     config = TrainConfig(patience=1)
     state = adaptation.start(config)

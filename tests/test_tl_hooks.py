@@ -207,8 +207,17 @@ def test_adapter_equals_tl3_hooks_recorded(causal: bool) -> None:
 @on_3x
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_recording_is_what_tl3_computes(causal: bool) -> None:
+    """The fixture is still what TransformerLens 3.x computes, to float32 rounding: it was recorded
+    on another CPU, whose vector kernels sum in another order (values up to ~7 moved by 3 ulp,
+    1.4e-6, on this project's second machine), so the bound is 8 ulp of each value's magnitude.
+    A stale fixture moves values by far more than that."""
     weights, inputs, want = _load_fixture(causal)
-    _assert_close(tl3_values(build_hooked(_config(causal), weights), inputs), want, atol=1e-6)
+    got = tl3_values(build_hooked(_config(causal), weights), inputs)
+    assert set(got) == set(want)
+    for key in want:
+        ulp8 = 8 * torch.finfo(torch.float32).eps * max(1.0, want[key].abs().max().item())
+        diff = (got[key] - want[key]).abs().max().item()
+        assert diff <= ulp8, f"{key}: max |diff| {diff:.3g} > {ulp8:.3g}"
 
 
 @on_3x

@@ -13,6 +13,7 @@ Entries are loaded lazily (only if one of their cells is missing) and once each.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import inspect
 import json
@@ -157,8 +158,10 @@ def score_folder(path: str | Path) -> BenchMethod:
 def method_fingerprint(method: Method) -> str:
     """sha256 of what decides a method's output: its key, its module's source and its signature's
     defaults (option dataclasses print their values), so an edited method or option invalidates."""
-    fn = method.function
-    module = sys.modules.get(getattr(fn, "__module__", "") or "")
+    fn = base = method.function
+    while isinstance(base, functools.partial):  # a partial's options show as signature defaults below
+        base = base.func
+    module = sys.modules.get(getattr(base, "__module__", "") or "")
     try:
         source = inspect.getsource(module) if module is not None else ""
     except (OSError, TypeError):  # compiled or interactive: the qualified name must do
@@ -168,7 +171,7 @@ def method_fingerprint(method: Method) -> str:
                     if p.default is not inspect.Parameter.empty]
     except (TypeError, ValueError):
         defaults = []
-    text = json.dumps([method.key, getattr(fn, "__qualname__", repr(fn)), source, defaults])
+    text = json.dumps([method.key, getattr(base, "__qualname__", type(base).__qualname__), source, defaults])
     return hashlib.sha256(text.encode()).hexdigest()
 
 

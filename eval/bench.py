@@ -1,12 +1,12 @@
 """Methods × entries -> one scored cell per (method, entry, seed), each cached as a JSON file: the
 run behind `zoo bench` (the leaderboard is eval.leaderboard).
 
-A cell's file is `<cache>/<method>/<entry>.seed<N>.json` and records the key it was computed
-under: a sha256 of the entry's fingerprint (its files' sums), the method's fingerprint (its
-module's source and its options' defaults, or the score file's bytes) and every evaluation
-setting. A file whose key differs is stale and recomputed; a missing one is computed; the rest
-are read back, so a bench that was interrupted (Ctrl-C, a killed process) and rerun computes only
-what is missing. Files are written whole and renamed into place: an interrupted write leaves none.
+A cell's file is `<cache>/<method>/<entry>.<model>.seed<N>.json` and records the key it was
+computed under: a sha256 of the entry's fingerprint (its files' sums), the method's fingerprint
+(its module's source and its options' defaults, or the score file's bytes), the scoring code's
+source (SCORER_MODULES) and every evaluation setting. A file whose key differs is stale and
+recomputed; a missing one is computed; the rest are read back, so a bench that was interrupted
+(Ctrl-C, a killed process) and rerun computes only what is missing. Files are written whole and renamed into place: an interrupted write leaves none.
 Entries are loaded lazily (only if one of their cells is missing) and once each.
 """
 
@@ -192,9 +192,26 @@ def _tree_sha(path: Path) -> str:
     return h.hexdigest()
 
 
-def cell_key(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, score_path: Path | None = None) -> str:
+SCORER_MODULES = ("eval.evaluation", "eval.metrics", "eval.chance", "eval.faithfulness", "eval.ablation",
+                  "eval.graph", "eval.hooks")
+"""The code that turns any method's output into a cell's numbers: an edit to it invalidates every cell."""
+
+
+def scorer_fingerprint() -> str:
+    """sha256 of the scoring code's source (SCORER_MODULES)."""
+    import importlib
+
+    h = hashlib.sha256()
+    for name in SCORER_MODULES:
+        h.update(inspect.getsource(importlib.import_module(name)).encode())
+    return h.hexdigest()
+
+
+def cell_key(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, score_path: Path | None = None,
+             scorer: str = "") -> str:
     """The cache key of one cell: anything that can change its numbers."""
-    parts = {"schema": CELL_SCHEMA, "entry": entry.name, "model": entry.model, "entry_sha": entry.fingerprint,
+    parts = {"schema": CELL_SCHEMA, "scorer": scorer, "entry": entry.name, "model": entry.model,
+             "entry_sha": entry.fingerprint,
              "method": method.key, "method_sha": method.fingerprint,
              "scores_sha": _tree_sha(score_path) if score_path is not None else None,
              "settings": dataclasses.asdict(settings)}
@@ -247,6 +264,7 @@ def run_bench(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], set
     is called once per cell. A method's failure on an entry is an `error` cell, not the end of
     the run; Ctrl-C ends it, leaving the finished cells cached."""
     cache = Path(cache)
+    scorer = scorer_fingerprint()
     cells: list[Cell] = []
     computed = reused = 0
     for entry in entries:
@@ -261,7 +279,7 @@ def run_bench(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], set
                 if progress:
                     progress(cell, True)
                 continue
-            key = cell_key(entry, method, settings, score_path)
+            key = cell_key(entry, method, settings, score_path, scorer)
             path = cell_path(cache, method, entry, settings.seed)
             cell = _read_cell(path, key)
             if cell is not None:

@@ -25,6 +25,8 @@ _EXPORTS = {
     "EvalReport": "eval.report", "table": "eval.report",
     "Settings": "eval.evaluation", "Target": "eval.evaluation", "evaluate": "eval.evaluation",
     "write_plots": "eval.plots",
+    "BenchEntry": "eval.bench", "BenchMethod": "eval.bench", "BenchSettings": "eval.bench", "run_bench": "eval.bench",
+    "Leaderboard": "eval.leaderboard", "write_bench_plots": "eval.bench_plots",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -185,3 +185,23 @@ def test_cli_bad_options_one_line_exit_2(argv, needle, tmp_path, capsys):
     code, out, err = _bench([*argv, "--root", str(root)], capsys)
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("zoo: error: ") and needle in err, err
+
+
+def test_entries_are_found_by_folder_name_and_fingerprinted_by_their_manifest(cli_root):
+    from zoo.bench_entries import bench_entries
+    from zoo.errors import ZooError
+
+    entries = cli_root / "entries"
+    for name in ("case-3", "planted-ioi", "case-3.failed", ".case-3.checkpoint"):
+        (entries / name).mkdir(parents=True)
+        (entries / name / "manifest.json").write_text('{"files": {}}')
+    found = bench_entries(cli_root)
+    assert [(e.name, e.model) for e in found] == [("case-3", "trained"), ("planted-ioi", "trained")]
+    (entries / "case-3" / "manifest.json").write_text('{"files": {"model.safetensors": "0"}}')  # retrained
+    assert bench_entries(cli_root)[0].fingerprint != found[0].fingerprint
+    assert [e.name for e in bench_entries(cli_root, planted=["ioi"])] == ["planted-ioi"]
+    compiled = bench_entries(cli_root, cases=["3"], model="compiled")
+    assert [(e.name, e.model) for e in compiled] == [("case-3", "compiled")]
+    assert compiled[0].fingerprint == bench_entries(cli_root, cases=["3"], model="compiled")[0].fingerprint
+    with pytest.raises(ZooError, match="planted entries there: planted-ioi"):
+        bench_entries(cli_root, planted=["tiny"])

@@ -237,7 +237,7 @@ def _read_cell(path: Path, key: str) -> Cell | None:
 
 def _write_cell(path: Path, key: str, cell: Cell) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # two benches sharing a cache never share a temp file
     tmp.write_text(json.dumps({"schema": CELL_SCHEMA, "key": key, "cell": dataclasses.asdict(cell)}, indent=1,
                               allow_nan=False))
     os.replace(tmp, path)  # whole or absent: an interrupted bench never reads half a cell

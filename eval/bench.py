@@ -6,7 +6,8 @@ computed under: a sha256 of the entry's fingerprint (its files' sums), the metho
 (its module's source and its options' defaults, or the score file's bytes), the scoring code's
 source (SCORER_MODULES) and every evaluation setting. A file whose key differs is stale and
 recomputed; a missing one is computed; the rest are read back, so a bench that was interrupted
-(Ctrl-C, a killed process) and rerun computes only what is missing. Files are written whole and renamed into place: an interrupted write leaves none.
+(Ctrl-C, a killed process) and rerun computes only what is missing. Files are written whole and
+renamed into place: an interrupted write leaves none.
 Entries are loaded lazily (only if one of their cells is missing) and once each.
 """
 

@@ -112,7 +112,8 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
             for k in range(1, s.stability_seeds):
                 task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
                 reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation))
-        results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb, s, inert))
+        results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb,
+                              s, inert))
     for path, out in files:
         results.append(_score(f"file:{path.name}", path.name, out, [], 0.0, t, graph, ctx, nb, s, inert))
 
@@ -130,7 +131,8 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
                   "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
                   "labels": "reference (compiled) model outputs",
                   "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
-                  "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges (inert.edges)",
+                  "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges "
+                                   "(inert.edges)",
                   "roc_scores": "absolute values",
                   "chance": "eval.chance: exact expected AUROC of random scores of the method's kind (node, "
                             "head-edge or q/k/v-edge) under the report's promotion rules; circuit methods: "
@@ -215,8 +217,8 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
         node_scores = None
         node_pts, edge_pts, circuits = [], [], []
         for run in out.circuits:
-            run_edges = {f"{a}->{b}" for a, b in (run.edges if run.edges is not None else circuit_edges(graph, run.nodes))
-                         } - skip
+            run_pairs = run.edges if run.edges is not None else circuit_edges(graph, run.nodes)
+            run_edges = {f"{a}->{b}" for a, b in run_pairs} - skip
             node_pts.append(roc_point(run.nodes, truth_nodes, graph.components))
             edge_pts.append(roc_point(run_edges, truth_edge_names, edge_universe))
             circuits.append({"param": run.param, "nodes": sorted(run.nodes), "node_point": node_pts[-1],

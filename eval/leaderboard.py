@@ -187,7 +187,8 @@ def table(board: Leaderboard) -> str:
     header = ("method", "n", "AUROC-n", "chance-n", "AUROC-e", "chance-e", "F1-n", "F1-e", "CPR", "CMD", "sec/entry")
     rows = [header]
     for r in board.rows:
-        n = f"{r.entries}" + (f" ({r.missing} missing)" if r.missing else "") + (f" ({r.errors} failed)" if r.errors else "")
+        n = (f"{r.entries}" + (f" ({r.missing} missing)" if r.missing else "")
+             + (f" ({r.errors} failed)" if r.errors else ""))
         rows.append((r.method, n, _ms(r.node_auroc), _f(r.node_chance.mean), _ms(r.edge_auroc), _f(r.edge_chance.mean),
                      _f(r.node_f1.mean), _f(r.edge_f1.mean), _f(r.cpr.mean), _f(r.cmd.mean),
                      _f(r.seconds.mean, ".2f")))
@@ -223,5 +224,6 @@ def table(board: Leaderboard) -> str:
         out.append(f"failed: {c.method} on {c.entry}: {c.message}")
     inert = {c.entry: c.inert_edges for c in board.cells if c.inert_edges}
     for entry, edges in inert.items():
-        out.append(f"inert ground-truth edges of {entry} (no counterfactual moves them: listed, never a miss or a hit): {', '.join(edges)}")
+        out.append(f"inert ground-truth edges of {entry} (no counterfactual moves them: listed, never a miss or "
+                   f"a hit): {', '.join(edges)}")
     return "\n".join(out)

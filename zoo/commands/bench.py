@@ -69,7 +69,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise ZooError(f"--n must be at least 2, got {args.n}")
     for key in keys:
         if ":" not in key and key not in BUILTIN_METHOD_KEYS:
-            raise ZooError(f"unknown method {key!r}; known: {', '.join(BUILTIN_METHOD_KEYS)} (or package.module:function)")
+            raise ZooError(f"unknown method {key!r}; known: {', '.join(BUILTIN_METHOD_KEYS)} "
+                           "(or package.module:function)")
     for folder in args.scores:
         if not Path(folder).is_dir():
             raise ZooError(f"--scores {folder!r} is not a directory (it holds <entry>.json files or <entry>/ folders)")

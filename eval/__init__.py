@@ -19,12 +19,14 @@ _EXPORTS = {
     "MethodError": "eval.methods", "read_score_file": "eval.methods", "to_score_file": "eval.methods",
     "REGISTRY": "eval.baselines",
     "roc": "eval.metrics", "pessimistic_auroc": "eval.metrics", "prf": "eval.metrics", "jaccard": "eval.metrics",
-    "mean_pairwise_jaccard": "eval.metrics", "convergence": "eval.metrics", "compare_methods": "eval.metrics",
-    "vargha_delaney": "eval.metrics",
+    "mean_pairwise_jaccard": "eval.metrics", "convergence": "eval.metrics", "compare_methods": "eval.stats",
+    "vargha_delaney": "eval.stats", "pairwise_tests": "eval.stats",
     "causal_bench": "eval.faithfulness", "mib_curve": "eval.faithfulness",
     "EvalReport": "eval.report", "table": "eval.report",
     "Settings": "eval.evaluation", "Target": "eval.evaluation", "evaluate": "eval.evaluation",
     "write_plots": "eval.plots",
+    "BenchEntry": "eval.bench", "BenchMethod": "eval.bench", "BenchSettings": "eval.bench", "run_bench": "eval.bench",
+    "Leaderboard": "eval.leaderboard", "write_bench_plots": "eval.bench_plots",
 }
 __all__ = sorted(_EXPORTS)
 

@@ -54,8 +54,10 @@ def output_kind(node_scores: Mapping[str, float] | None,
 
 
 def chance_line(graph: ComputationGraph, truth_nodes: Collection[str],
-                truth_edges: Collection[tuple[str, str]], kind: ChanceKind) -> ChanceLine:
-    """The chance line of `kind` on this graph and ground truth."""
+                truth_edges: Collection[tuple[str, str]], kind: ChanceKind, *,
+                exclude: Collection[tuple[str, str]] = ()) -> ChanceLine:
+    """The chance line of `kind` on this graph and ground truth; `exclude`d head edges (inert
+    ground truth, left out of the report's edge AUROC) are left out here too."""
     components = graph.components
     head_edges = graph.at("head").edges
     if kind == "node":
@@ -77,9 +79,11 @@ def chance_line(graph: ComputationGraph, truth_nodes: Collection[str],
     else:
         raise ValueError(f"unknown chance kind {kind!r}; allowed: node, head, qkv")
     edge_reduce = "min" if kind == "node" else "max"  # nodes_to_edge_scores keeps the smaller endpoint
+    excluded = set(exclude)
     return ChanceLine(kind=kind, rule=RULES[kind],
                       node_auroc=_split(node_draws, set(truth_nodes), "max"),
-                      edge_auroc=_split(edge_draws, {(promote(s), promote(d)) for s, d in truth_edges}, edge_reduce))
+                      edge_auroc=_split({e: d for e, d in edge_draws.items() if e not in excluded},
+                                        {(promote(s), promote(d)) for s, d in truth_edges}, edge_reduce))
 
 
 def _split(draws: Mapping, truth: set, reduce: Literal["max", "min"]) -> float:
@@ -104,11 +108,13 @@ class CircuitChance:
 
 
 def circuit_chance(graph: ComputationGraph, truth_nodes: Collection[str], truth_edges: Collection[tuple[str, str]],
-                   sizes: Sequence[tuple[int, int | None]], *, draws: int = 200, seed: int = 0) -> CircuitChance:
+                   sizes: Sequence[tuple[int, int | None]], *, draws: int = 200, seed: int = 0,
+                   exclude: Collection[tuple[str, str]] = ()) -> CircuitChance:
     """Seeded Monte Carlo: per draw, every run (n_nodes, n_edges or None) becomes a uniformly random
     node set of that size, with a random head-edge set of n_edges (or, for node-only runs, the
     edges among the drawn nodes, as the report scores them); the runs' points give one pessimistic
-    AUROC. No closed form: the staircase takes maxima over runs."""
+    AUROC. No closed form: the staircase takes maxima over runs. `exclude`d head edges (inert ground
+    truth) are drawn as the report draws them but left out of the edge points, as the report does."""
     import numpy as np
 
     from eval.metrics import pessimistic_auroc
@@ -121,6 +127,8 @@ def circuit_chance(graph: ComputationGraph, truth_nodes: Collection[str], truth_
     dst = np.array([ends.get(d, always) for _, d in head_edges])
     node_truth = np.array([c in set(truth_nodes) for c in comps])
     edge_truth = np.array([e in set(truth_edges) for e in head_edges])
+    excluded = set(exclude)
+    scored = np.array([e not in excluded for e in head_edges])
     rng = np.random.default_rng(seed)
     node_aurocs, edge_aurocs = [], []
     for _ in range(draws):
@@ -135,7 +143,7 @@ def circuit_chance(graph: ComputationGraph, truth_nodes: Collection[str], truth_
                 chosen = np.zeros(len(head_edges), dtype=bool)
                 chosen[rng.choice(len(head_edges), size=n_edges, replace=False)] = True
             node_pts.append(_point(keep[:-1], node_truth))
-            edge_pts.append(_point(chosen, edge_truth))
+            edge_pts.append(_point(chosen[scored], edge_truth[scored]))
         node_aurocs.append(pessimistic_auroc(node_pts).auroc)
         edge_aurocs.append(pessimistic_auroc(edge_pts).auroc)
     se = lambda xs: float(np.std(xs, ddof=1) / np.sqrt(len(xs))) if len(xs) > 1 else float("nan")  # noqa: E731

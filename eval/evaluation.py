@@ -15,14 +15,15 @@ from typing import Any, Literal
 
 from eval.ablation import AblationKind, make_context
 from eval.baselines import REGISTRY
-from eval.circuit import Circuit
+from eval.circuit import Circuit, edge_name
 from eval.chance import chance_line, circuit_chance, output_kind
 from eval.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
 from eval.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
 from eval.methods import Method, MethodError, MethodOutput, call_method, get_method, read_score_file
 from eval.score_files import save_output
 from eval.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
-from eval.report import EvalReport, LevelResult, MethodResult, versions
+from eval.edge_patching import inert_edges
+from eval.report import EvalReport, Inert, LevelResult, MethodResult, versions
 from eval.task import TaskData, make_task
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -70,6 +71,8 @@ class Settings:
     """Circuit sizes (proportions of edges) of the MIB curve."""
     chance_draws: int = 200
     """Monte-Carlo draws of the circuit methods' chance line (scorers' chance lines are exact)."""
+    inert_atol: float = 1e-6
+    """Largest |logit change| at which a patched ground-truth edge counts as inert (EvalReport.inert)."""
 
 
 def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = (), *,
@@ -96,6 +99,7 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
     task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed)
     ctx = make_context(t.model, task, graph, s.ablation)
     nb = node_behaviour(ctx, s.behaviour)
+    inert = inert_truth(ctx, graph, t.truth, s.inert_atol)
     results = []
     for method in resolved:
         start = time.perf_counter()
@@ -108,9 +112,10 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
             for k in range(1, s.stability_seeds):
                 task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
                 reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation))
-        results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb, s))
+        results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb,
+                              s, inert))
     for path, out in files:
-        results.append(_score(f"file:{path.name}", path.name, out, [], 0.0, t, graph, ctx, nb, s))
+        results.append(_score(f"file:{path.name}", path.name, out, [], 0.0, t, graph, ctx, nb, s, inert))
 
     conv = None
     if len(results) >= 2:
@@ -126,15 +131,27 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
                   "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
                   "labels": "reference (compiled) model outputs",
                   "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
-                  "edge_universe": "every head-level edge of the model's graph",
+                  "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges "
+                                   "(inert.edges)",
                   "roc_scores": "absolute values",
                   "chance": "eval.chance: exact expected AUROC of random scores of the method's kind (node, "
                             "head-edge or q/k/v-edge) under the report's promotion rules; circuit methods: "
                             "random circuits of the same sizes, seeded Monte Carlo with standard error",
                   "mib_circuits": "top floor(k|E|) q/k/v edges (signed for CPR, |score| for CMD), pruned as "
                                   "EAP-IG's Graph.prune; head-level scores copied to their q/k/v edges"},
-        methods=tuple(results), convergence=conv, versions=versions(),
+        methods=tuple(results), convergence=conv, versions=versions(), inert=inert,
     )
+
+
+def inert_truth(ctx: Any, graph: ComputationGraph, truth: Circuit, atol: float) -> Inert:
+    """The ground-truth edges that patching to the counterfactual does not move: their q/k/v
+    parts, and the head edges whose every part is inert (eval.edge_patching.inert_edges)."""
+    heads = [tuple(e) for e in truth.edges]
+    parts = sorted({p for e in heads for p in graph.expand_to_qkv(e)})
+    dead = set(inert_edges(ctx, parts, atol=atol))
+    head = sorted(e for e in heads if all(p in dead for p in graph.expand_to_qkv(e)))
+    return Inert(edges=tuple(edge_name(*e) for e in head), qkv_edges=tuple(edge_name(*p) for p in sorted(dead)),
+                 atol=atol)
 
 
 def identified_set(out: MethodOutput, graph: ComputationGraph, relative: float) -> set[str]:
@@ -162,11 +179,14 @@ def _edge_scores(out: MethodOutput, graph: ComputationGraph) -> dict[tuple[str, 
 
 
 def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], seconds: float, t: Target,
-           graph: ComputationGraph, ctx: Any, nb: Any, s: Settings) -> MethodResult:
+           graph: ComputationGraph, ctx: Any, nb: Any, s: Settings, inert: Inert) -> MethodResult:
     start = time.perf_counter()
     truth_nodes = set(t.truth.nodes)
-    truth_edges = {(a, b) for a, b in t.truth.edges}
-    edge_universe = [f"{a}->{b}" for a, b in graph.edges]
+    # inert ground-truth edges are neither positives nor negatives: no counterfactual can find them
+    skip = set(inert.edges)
+    skip_pairs = {(a, b) for a, b in graph.edges if f"{a}->{b}" in skip}
+    truth_edges = {(a, b) for a, b in t.truth.edges} - skip_pairs
+    edge_universe = [f"{a}->{b}" for a, b in graph.edges if f"{a}->{b}" not in skip]
     truth_edge_names = {f"{a}->{b}" for a, b in truth_edges}
     identified = identified_set(out, graph, s.relative_threshold)
     circuits = None
@@ -174,10 +194,11 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
     if out.circuits is None:
         node_scores = _node_scores(out, graph)
         edge_scores = _edge_scores(out, graph)
-        named_edges = {f"{a}->{b}": abs(v) for (a, b), v in edge_scores.items()}
+        named_edges = {f"{a}->{b}": abs(v) for (a, b), v in edge_scores.items() if f"{a}->{b}" not in skip}
         node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
         edge_roc = roc(named_edges, truth_edge_names)
-        chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores))
+        chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores),
+                             exclude=skip_pairs)
         rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
         edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
         node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
@@ -188,33 +209,35 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
         edge_level = LevelResult(level="edge", auroc=edge_roc.auroc, roc=edge_roc, auroc_kind="threshold_sweep",
                                  at_threshold=prf(edge_ident, truth_edge_names),
                                  at_top_k=prf(top_k(named_edges, len(truth_edges)), truth_edge_names),
-                                 n_positive=len(truth_edges), n_total=len(graph.edges),
-                                 chance=chance.edge_auroc, chance_rule=chance.rule)
+                                 n_positive=len(truth_edges), n_total=len(edge_universe),
+                                 chance=chance.edge_auroc, chance_rule=chance.rule, excluded=tuple(sorted(skip)))
         # MIB ranks q/k/v edges: the method's own edge scores, unpromoted (head-level ones are copied)
         mib = mib_curve(ctx, out.edge_scores if out.edge_scores is not None else edge_scores, s.mib_sizes)
     else:
         node_scores = None
         node_pts, edge_pts, circuits = [], [], []
         for run in out.circuits:
-            run_edges = {f"{a}->{b}" for a, b in (run.edges if run.edges is not None else circuit_edges(graph, run.nodes))}
+            run_pairs = run.edges if run.edges is not None else circuit_edges(graph, run.nodes)
+            run_edges = {f"{a}->{b}" for a, b in run_pairs} - skip
             node_pts.append(roc_point(run.nodes, truth_nodes, graph.components))
             edge_pts.append(roc_point(run_edges, truth_edge_names, edge_universe))
             circuits.append({"param": run.param, "nodes": sorted(run.nodes), "node_point": node_pts[-1],
                              "edge_point": edge_pts[-1]})
         first_edges = {f"{a}->{b}" for a, b in (out.circuits[0].edges if out.circuits[0].edges is not None
-                                                 else circuit_edges(graph, out.circuits[0].nodes))}
+                                                 else circuit_edges(graph, out.circuits[0].nodes))} - skip
         n_roc, e_roc = pessimistic_auroc(node_pts), pessimistic_auroc(edge_pts)
         cc = circuit_chance(graph, truth_nodes, truth_edges,
                             [(len(r.nodes), len(r.edges) if r.edges is not None else None) for r in out.circuits],
-                            draws=s.chance_draws, seed=s.seed)
+                            draws=s.chance_draws, seed=s.seed, exclude=skip_pairs)
         node_level = LevelResult(level="node", auroc=n_roc.auroc, roc=n_roc, auroc_kind="pessimistic",
                                  at_threshold=prf(identified, truth_nodes), at_top_k=None,
                                  n_positive=len(truth_nodes), n_total=len(graph.components),
                                  chance=cc.node_auroc, chance_se=cc.node_se, chance_rule=cc.rule)
         edge_level = LevelResult(level="edge", auroc=e_roc.auroc, roc=e_roc, auroc_kind="pessimistic",
                                  at_threshold=prf(first_edges, truth_edge_names), at_top_k=None,
-                                 n_positive=len(truth_edges), n_total=len(graph.edges),
-                                 chance=cc.edge_auroc, chance_se=cc.edge_se, chance_rule=cc.rule)
+                                 n_positive=len(truth_edges), n_total=len(edge_universe),
+                                 chance=cc.edge_auroc, chance_se=cc.edge_se, chance_rule=cc.rule,
+                                 excluded=tuple(sorted(skip)))
     sets = [identified] + [identified_set(r, graph, s.relative_threshold) for r in reruns]
     stability = mean_pairwise_jaccard(sets) if len(sets) > 1 else None
     cb = causal_bench(nb, identified, stability=stability, weights=s.weights, cos_threshold=s.cos_threshold)

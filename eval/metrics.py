@@ -1,5 +1,5 @@
 """Scores or circuits + ground truth -> numbers: ROC / AUROC, pessimistic AUROC, precision /
-recall / F1, Jaccard, stability, cross-method convergence, and the across-case tests.
+recall / F1, Jaccard, stability and cross-method convergence (the across-case tests are eval.stats).
 
 Pure numpy / scipy; no model is touched here.
 """
@@ -186,37 +186,6 @@ def convergence(
         matrix=tuple(tuple(jaccard(a, b) for b in groups) for a in groups),
         labels=tuple(labels),
     )
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Comparison:
-    """Two methods' AUROCs across cases: Wilcoxon-Mann-Whitney and Vargha-Delaney A12."""
-
-    p: float
-    """Two-sided Mann-Whitney U p-value."""
-    u: float
-    """U statistic of the first method."""
-    a12: float
-    """P(X > Y) + 0.5 P(X = Y), X from the first method, Y from the second."""
-    n_a: int
-    n_b: int
-
-
-def compare_methods(a: Sequence[float], b: Sequence[float]) -> Comparison:
-    """InterpBench's test between two methods' AUROC samples (one value per case)."""
-    from scipy.stats import mannwhitneyu
-
-    x, y = np.asarray(a, dtype=float), np.asarray(b, dtype=float)
-    if len(x) == 0 or len(y) == 0 or not (np.all(np.isfinite(x)) and np.all(np.isfinite(y))):
-        raise ValueError("need finite AUROCs for both methods")
-    result = mannwhitneyu(x, y, alternative="two-sided")
-    return Comparison(p=float(result.pvalue), u=float(result.statistic), a12=vargha_delaney(x, y),
-                      n_a=len(x), n_b=len(y))
-
-
-def vargha_delaney(a: Sequence[float], b: Sequence[float]) -> float:
-    x, y = np.asarray(a, dtype=float)[:, None], np.asarray(b, dtype=float)[None, :]
-    return float(((x > y).sum() + 0.5 * (x == y).sum()) / (x.size * y.size))
 
 
 def weighted_harmonic(values: Mapping[str, float], weights: Mapping[str, float]) -> float:

@@ -41,6 +41,10 @@ class LevelResult:
     """Monte-Carlo standard error of `chance` (circuit methods); None when `chance` is exact."""
     chance_rule: str | None = None
     """Which random scorer `chance` is for and how its scores reach this level, in words."""
+    excluded: tuple[str, ...] = ()
+    """Ground-truth items left out of this level's AUROC, P/R/F1 and chance line (neither a miss nor
+    a hit, and not counted in n_positive / n_total): edges no counterfactual of the task moves
+    (EvalReport.inert)."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -72,6 +76,24 @@ class MethodResult:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Inert:
+    """Ground-truth edges that no counterfactual of the task can move: patching one leaves every
+    logit at every label position within `atol`, so no counterfactual method can find it on this
+    task (eval.edge_patching.logit_movement). Listed, never scored as a miss or a hit."""
+
+    edges: tuple[str, ...]
+    """Head-level ground-truth edges all of whose q/k/v parts are inert: left out of edge scoring."""
+    qkv_edges: tuple[str, ...]
+    """q/k/v-level parts of ground-truth edges that are inert (e.g. a head's query reading a
+    writer that only feeds its value); informational, since ground truth is scored per head edge."""
+    atol: float
+    """Largest |logit change| that still counts as unmoved."""
+    rule: str = ("each ground-truth edge's q/k/v parts patched alone to the counterfactual (the report's "
+                 "ablation) on the report's task data; inert = no logit at a label position moves by more than atol")
+    """How it was decided, in words."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class EvalReport:
     """The report `eval.evaluate` returns and `zoo eval` prints."""
 
@@ -88,6 +110,8 @@ class EvalReport:
     """Cross-method agreement of the identified sets (two or more methods)."""
     versions: Mapping[str, str]
     """Package versions the numbers were computed with."""
+    inert: Inert | None = None
+    """Ground-truth edges no counterfactual of the task moves (None: not checked)."""
 
     def to_json(self) -> dict[str, Any]:
         return _clean({"schema": SCHEMA, **dataclasses.asdict(self)})
@@ -146,6 +170,10 @@ def table(report: EvalReport) -> str:
              f"{report.graph['components']} components, {len(gt['edges'])} of {report.graph['edges']} edges; "
              f"ablation {report.settings['ablation']}, n={report.settings['n']}, seed {report.settings['seed']}")
     out = [title, *lines]
+    if report.inert is not None and report.inert.qkv_edges:
+        head = f"; head-level, left out of edge scoring: {', '.join(report.inert.edges)}" if report.inert.edges else ""
+        out.append(f"inert ground-truth edges (no counterfactual of the task moves them, so no counterfactual method "
+                   f"can find them; listed, not scored as a miss or a hit): {', '.join(report.inert.qkv_edges)}{head}")
     c = report.convergence
     if c is not None:
         out.append(f"convergence: mean Jaccard {c.observed:.3f} vs null {c.null_mean:.3f}±{c.null_std:.3f}, "

@@ -1,6 +1,6 @@
 """The smoke suite CI also runs under the other TransformerLens major (.ci/run, `-m smoke`): for two
 entries (a classification and a regression case) a short training run, loading the entry, `zoo
-validate`, and `zoo eval` with every built-in method.
+validate`, `zoo eval` with every built-in method, and `zoo bench` on the entry.
 
 With $ZOO_SMOKE_REPORTS set, each run also writes its eval JSON to
 $ZOO_SMOKE_REPORTS/tl{major}/case-{id}.json; `python tests/test_tl_smoke.py DIR` then checks that
@@ -66,6 +66,13 @@ def test_train_load_validate_eval(case_id: str, tmp_path: Path, capsys) -> None:
     for m in report["methods"]:
         assert math.isfinite(m["node"]["auroc"]) and math.isfinite(m["edge"]["auroc"]), m["key"]
     assert report["methods"][1]["node"]["auroc"] > 0.9  # activation patching finds the circuit
+    # zoo bench finds the trained entry in the root and scores it through the same interface
+    code, out, err = _cli(["bench", "--root", root, "--method", "random,eap", "--n", "16", "--json"], capsys)
+    assert code == 0, err
+    board = json.loads(out)
+    assert board["entries"] == [f"case-{case_id}/trained"] and board["computed"] == 2
+    eap = next(c for c in board["cells"] if c["method"] == "eap")
+    assert eap["status"] == "ok" and math.isfinite(eap["edge_auroc"])
     reports = os.environ.get("ZOO_SMOKE_REPORTS")
     if reports:
         dest = Path(reports) / f"tl{tl_major()}"

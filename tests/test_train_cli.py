@@ -67,6 +67,14 @@ def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) 
     assert entry.case_json["encoding"]["max_seq_len"] == entry.config["n_ctx"] - 1
     validation = entry.validation
     assert {r["node"] for r in validation["node_effects"]} >= set(circuit.nodes)
+    # labelled edges no counterfactual moves are listed (issue 10), each a part of a circuit edge
+    from eval.circuit import parse_edge, promote
+
+    inert = validation["inert_edges"]
+    assert set(inert) >= {"edges", "qkv_edges", "atol", "n", "seed"}
+    truth_edges = {tuple(e) for e in circuit.edges}
+    assert all(parse_edge(e) in truth_edges for e in inert["edges"])
+    assert all(tuple(map(promote, parse_edge(e))) in truth_edges for e in inert["qkv_edges"])
 
     # the weights are TransformerLens-format: they load into HookedTransformer and agree with siit
     import torch
@@ -84,6 +92,7 @@ def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) 
     assert main(["validate", "case", "33", "--out", str(out), "--root", str(tmp_path / "r"), "--json"]) == 0
     again = json.loads((out / "validation.json").read_text())
     assert again["node_effects"] == validation["node_effects"]
+    assert again["inert_edges"] == validation["inert_edges"]
 
 
 def test_trained_outside_entry_is_scored_against_the_program_the_user_names(tmp_path: Path, monkeypatch,

@@ -272,9 +272,16 @@ def _write(dest: Path, compiled, *, result, validation, command) -> Path:
     from zoo.artifact import FAILED_SUFFIX, write_entry
     from zoo.card import render_model_card
 
+    from zoo.inert_edges import inert_section
+
+    circuit = circuit_json(compiled, result.correspondence)
+    # validation.json lists the labelled edges no counterfactual moves (issue 10), computed here so
+    # that siit's validation stays model-only
+    validation = {**validation, "inert_edges": inert_section(result.low_config, result.model.state_dict(), circuit,
+                                                             compiled)}
     files = {
         "config.json": result.low_config,
-        "circuit.json": circuit_json(compiled, result.correspondence),
+        "circuit.json": circuit,
         "case.json": case_json(compiled),
         "training.json": training_json(result, command=command),
         "validation.json": validation,
@@ -368,7 +375,10 @@ def run_validate(args: argparse.Namespace) -> int:
     if corr.mapping != setup.corr.mapping:
         raise ZooError(f"entry {dest}: its correspondence differs from the one its training config implies")
     model = Transformer.from_state_dict(entry.config, entry.state_dict)
-    validation = validate_model(model, setup.final_evaluator)
+    from zoo.inert_edges import inert_section
+
+    validation = {**validate_model(model, setup.final_evaluator),
+                  "inert_edges": inert_section(entry.config, entry.state_dict, entry.circuit_json, compiled)}
     files = {name: data for name, data in (("config.json", entry.config), ("circuit.json", entry.circuit_json),
                                            ("case.json", entry.case_json), ("training.json", entry.training))}
     files["validation.json"] = validation

@@ -1,0 +1,207 @@
+"""`zoo bench` (issue 10, item 2): methods x entries, a JSON cell cache that a changed entry, method
+option or setting invalidates, an interrupted bench that reruns only what is missing, the
+leaderboard files, outside methods and score folders on the same board, one-line bad options.
+Entries are the compiled case 3 (cached for the session by the `compiled` fixture)."""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("transformer_lens")
+
+from eval.bench import BenchEntry, BenchMethod, BenchSettings, method_fingerprint, run_bench  # noqa: E402
+from eval.methods import Method  # noqa: E402
+
+SETTINGS = BenchSettings(n=16, chance_draws=20)
+
+
+# --- methods the tests run (importable as test_bench:NAME) ------------------------------------------
+
+def scaled_method(model, task, *, graph, scale: float = 1.0):
+    """Deterministic node scores; `scale` stands for a method option."""
+    return {"nodes": {c: scale * (i + 1) for i, c in enumerate(graph.components)}}
+
+
+def logged_method(model, task, *, graph):
+    """Appends one line per call to $ZOO_TEST_CALLS; raises KeyboardInterrupt (a user's Ctrl-C) on
+    the call numbered $ZOO_TEST_INTERRUPT_AT."""
+    log = Path(os.environ["ZOO_TEST_CALLS"])
+    with log.open("a") as f:
+        f.write("call\n")
+    if os.environ.get("ZOO_TEST_INTERRUPT_AT") == str(len(log.read_text().splitlines())):
+        raise KeyboardInterrupt
+    return scaled_method(model, task, graph=graph)
+
+
+# --- the library ----------------------------------------------------------------------------------
+
+def _entry(target, name: str, fingerprint: str = "v1") -> BenchEntry:
+    return BenchEntry(name=name, model="compiled", fingerprint=fingerprint, load=lambda: target)
+
+
+def _method(key: str, function) -> BenchMethod:
+    m = Method(key=key, name=key, function=function)
+    return BenchMethod(key=key, source="outside", method=m, fingerprint=method_fingerprint(m))
+
+
+@pytest.fixture
+def case3(compiled):
+    from zoo.targets import resolve_target
+
+    return resolve_target(compiled("3"), "compiled")
+
+
+def test_rerun_reads_the_cache_and_changes_recompute_only_their_cells(case3, tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ZOO_TEST_CALLS", str(calls))
+    entries = [_entry(case3, "case-3"), _entry(case3, "copy-3")]
+    methods = [_method("logged", logged_method), _method("scaled", functools.partial(scaled_method, scale=2.0))]
+    first = run_bench(entries, methods, SETTINGS, tmp_path / "cache")
+    assert (first.computed, first.reused) == (4, 0) and all(c.status == "ok" for c in first.cells)
+    assert [c.edge_auroc for c in first.cells[:2]] == [c.edge_auroc for c in first.cells[2:]]
+    again = run_bench(entries, methods, SETTINGS, tmp_path / "cache")
+    assert (again.computed, again.reused) == (0, 4) and again.cells == first.cells
+    assert len(calls.read_text().splitlines()) == 2  # the logged method ran once per entry, not again
+
+    changed_entry = [entries[0], _entry(case3, "copy-3", fingerprint="v2")]
+    assert run_bench(changed_entry, methods, SETTINGS, tmp_path / "cache").computed == 2  # copy-3's two cells
+    changed_option = [methods[0], _method("scaled", functools.partial(scaled_method, scale=3.0))]
+    assert run_bench(changed_entry, changed_option, SETTINGS, tmp_path / "cache").computed == 2  # scaled's two
+    other_n = BenchSettings(n=17, chance_draws=20)
+    assert run_bench(changed_entry, changed_option, other_n, tmp_path / "cache").computed == 4
+
+
+def test_an_interrupted_bench_rerun_computes_only_what_is_missing(case3, tmp_path, monkeypatch):
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ZOO_TEST_CALLS", str(calls))
+    monkeypatch.setenv("ZOO_TEST_INTERRUPT_AT", "2")  # Ctrl-C during the second entry
+    entries = [_entry(case3, f"e{i}") for i in range(3)]
+    methods = [_method("scaled", scaled_method), _method("logged", logged_method)]
+    with pytest.raises(KeyboardInterrupt):
+        run_bench(entries, methods, SETTINGS, tmp_path / "cache")
+    monkeypatch.delenv("ZOO_TEST_INTERRUPT_AT")
+    rerun = run_bench(entries, methods, SETTINGS, tmp_path / "cache")
+    # done before the interruption: e0 (both methods) and e1's scaled cell; missing: e1 logged, e2 both
+    assert (rerun.computed, rerun.reused) == (3, 3)
+    assert len(calls.read_text().splitlines()) == 2 + 2  # two before (one interrupted), e1 and e2 now
+    assert not list((tmp_path / "cache").rglob("*.tmp"))
+
+
+def test_a_failing_method_is_an_error_cell_and_is_not_cached(case3, tmp_path):
+    def broken(model, task):
+        raise RuntimeError("no\nluck")
+
+    run = run_bench([_entry(case3, "case-3")], [_method("broken", broken)], SETTINGS, tmp_path / "cache")
+    (cell,) = run.cells
+    assert cell.status == "error" and "raised RuntimeError: no | luck" in cell.message
+    assert not list((tmp_path / "cache").rglob("*.json"))
+
+
+# --- the CLI --------------------------------------------------------------------------------------
+
+@pytest.fixture
+def cli_root(compiled, compile_cache, tmp_path) -> Path:
+    compiled("3")
+    root = tmp_path / "root"
+    root.mkdir()
+    (root / "compiled").symlink_to(compile_cache)
+    return root
+
+
+def _bench(argv, capsys):
+    from zoo.cli import main
+
+    code = main(["bench", *argv])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_cli_leaderboard_with_outside_method_and_score_folder_and_a_cached_rerun(cli_root, tmp_path, capsys,
+                                                                                 monkeypatch):
+    monkeypatch.setenv("ZOO_TEST_CALLS", str(tmp_path / "calls"))
+    from zoo.cli import main
+
+    scores = tmp_path / "mine"  # a score folder as `zoo eval --save-scores` writes it, one file per entry
+    assert main(["eval", "case", "3", "--model", "compiled", "--root", str(cli_root), "--method", "eap", "--n", "16",
+                 "--stability-seeds", "1", "--permutations", "5", "--save-scores", str(tmp_path / "saved")]) == 0
+    scores.mkdir()
+    (tmp_path / "saved" / "eap.json").rename(scores / "case-3.json")
+    capsys.readouterr()
+    out_dir = tmp_path / "board"
+    argv = ["--cases", "3", "--model", "compiled", "--method", "random,eap", "--method", "test_bench:logged_method",
+            "--scores", str(scores), "--root", str(cli_root), "--out", str(out_dir), "--n", "16", "--json"]
+    code, out, err = _bench(argv, capsys)
+    assert code == 0, err
+    board = json.loads(out)
+    assert [r["method"] for r in board["rows"]] == ["random", "eap", "test_bench:logged_method", "scores:mine"]
+    assert (board["computed"], board["reused"]) == (4, 0)
+    rows = {r["method"]: r for r in board["rows"]}
+    assert rows["scores:mine"]["edge_auroc"]["mean"] == rows["eap"]["edge_auroc"]["mean"]  # same scores, same board
+    assert all(r["edge_chance"]["mean"] is not None for r in board["rows"])
+    assert len(board["pairs"]) == 6 and board["a12_matrix"]["methods"][0] == "random"
+    for name in ("leaderboard.json", "leaderboard.csv", "pairwise.csv", "auroc_box.png", "a12_matrix.png"):
+        assert (out_dir / name).stat().st_size > 0, name
+    assert json.loads((out_dir / "leaderboard.json").read_text()) == board
+    assert (out_dir / "leaderboard.csv").read_text().splitlines()[0].startswith("method,entries,missing,errors")
+
+    code, out, err = _bench([a for a in argv if a != "--json"], capsys)
+    assert code == 0, err
+    assert "0 computed, 4 from the cache" in out and "RQ4" in out and "chance-e" in out
+    assert "m0->a1.h0<q>" in out  # case 3's inert ground-truth edges are listed
+
+
+def test_cli_interrupted_then_rerun_computes_only_what_is_missing(cli_root, tmp_path, capsys, monkeypatch):
+    calls = tmp_path / "calls"
+    monkeypatch.setenv("ZOO_TEST_CALLS", str(calls))
+    monkeypatch.setenv("ZOO_TEST_INTERRUPT_AT", "1")
+    argv = ["--cases", "3", "--model", "compiled", "--method", "random,test_bench:logged_method,eap",
+            "--root", str(cli_root), "--out", str(tmp_path / "board"), "--n", "16", "--json"]
+    code, out, err = _bench(argv, capsys)
+    assert code == 130 and out == "" and "rerun to compute only what is missing" in err
+    monkeypatch.delenv("ZOO_TEST_INTERRUPT_AT")
+    code, out, err = _bench(argv, capsys)
+    assert code == 0, err
+    board = json.loads(out)
+    assert (board["computed"], board["reused"]) == (2, 1)  # random was cached before the Ctrl-C
+
+
+@pytest.mark.parametrize(("argv", "needle"), [
+    (["--cases", "3", "--method", "nope"], "unknown method 'nope'"),
+    (["--cases", "3", "--method", "no_such_module_xyz:f"], "no_such_module_xyz"),
+    (["--planted", "ioi"], "no planted entry planted-ioi"),
+    (["--cases", "999"], "999"),
+    (["--cases", " , "], "--cases names nothing"),
+    (["--cases", "3", "--scores", "/nonexistent/folder"], "is not a directory"),
+    (["--cases", "3", "--n", "1"], "--n must be at least 2"),
+    ([], "no entries under"),
+])
+def test_cli_bad_options_one_line_exit_2(argv, needle, tmp_path, capsys):
+    root = tmp_path / "root"
+    code, out, err = _bench([*argv, "--root", str(root)], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("zoo: error: ") and needle in err, err
+
+
+def test_entries_are_found_by_folder_name_and_fingerprinted_by_their_manifest(cli_root):
+    from zoo.bench_entries import bench_entries
+    from zoo.errors import ZooError
+
+    entries = cli_root / "entries"
+    for name in ("case-3", "planted-ioi", "case-3.failed", ".case-3.checkpoint"):
+        (entries / name).mkdir(parents=True)
+        (entries / name / "manifest.json").write_text('{"files": {}}')
+    found = bench_entries(cli_root)
+    assert [(e.name, e.model) for e in found] == [("case-3", "trained"), ("planted-ioi", "trained")]
+    (entries / "case-3" / "manifest.json").write_text('{"files": {"model.safetensors": "0"}}')  # retrained
+    assert bench_entries(cli_root)[0].fingerprint != found[0].fingerprint
+    assert [e.name for e in bench_entries(cli_root, planted=["ioi"])] == ["planted-ioi"]
+    compiled = bench_entries(cli_root, cases=["3"], model="compiled")
+    assert [(e.name, e.model) for e in compiled] == [("case-3", "compiled")]
+    assert compiled[0].fingerprint == bench_entries(cli_root, cases=["3"], model="compiled")[0].fingerprint
+    with pytest.raises(ZooError, match="planted entries there: planted-ioi"):
+        bench_entries(cli_root, planted=["tiny"])

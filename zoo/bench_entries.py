@@ -1,0 +1,115 @@
+"""A zoo root + `--cases` / `--planted` -> the entries `zoo bench` scores (eval.bench.BenchEntry):
+every entry under `<root>/entries` by default, or the named ones.
+
+A trained entry's fingerprint is the sha256 of its manifest (which holds the sum of every file),
+so retraining or revalidating it invalidates its cached cells. A compiled model's is the sha256 of
+its weights and of the ground truth read off them (the graph rule may change without the weights).
+Planted entries are folders `planted-NAME` in the same place (zoo.artifact.ENTRY_NAME).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from zoo.artifact import ENTRY_NAME, MANIFEST
+from zoo.errors import ZooError
+
+ModelChoice = Literal["auto", "trained", "compiled"]
+
+
+def bench_entries(root: Path, *, cases: Sequence[str] = (), planted: Sequence[str] = (),
+                  model: ModelChoice = "auto") -> list[Any]:
+    """The BenchEntry list, or a one-line ZooError naming what is missing and what exists."""
+    from zoo.paths import entries_dir
+
+    where = entries_dir(root)
+    found = sorted(p.name for p in where.iterdir() if p.is_dir() and ENTRY_NAME.fullmatch(p.name)) \
+        if where.is_dir() else []
+    out = []
+    if planted:
+        have = [n for n in found if n.startswith("planted-")]
+        for name in planted:
+            if f"planted-{name}" not in have:
+                raise ZooError(f"no planted entry planted-{name} under {where} (planted entries there: "
+                               f"{', '.join(have) or 'none'})")
+            out.append(_trained(where / f"planted-{name}", root))
+    for case_id in cases:
+        out.append(_case_entry(case_id, root, model))
+    if not cases and not planted:
+        if not found:
+            raise ZooError(f"no entries under {where}: train some (`zoo train --all`) or name cases with "
+                           "--cases 3,4 (their compiled models are scored)")
+        for name in found:
+            if name.startswith("case-") and model == "compiled":
+                out.append(_case_entry(name[len("case-"):], root, model))
+            elif model != "compiled":
+                out.append(_trained(where / name, root))
+    return out
+
+
+def _case_entry(case_id: str, root: Path, model: ModelChoice) -> Any:
+    from rasp_programs.case import CaseError, get_case
+    from zoo.paths import entries_dir
+
+    try:
+        case = get_case(case_id)
+    except CaseError as exc:
+        raise ZooError(str(exc)) from None
+    trained = entries_dir(root) / case.entry_name
+    if model == "trained" and not trained.is_dir():
+        raise ZooError(f"no trained entry {case.entry_name} under {entries_dir(root)}; train it first or use "
+                       "--model compiled")
+    if model != "compiled" and trained.is_dir():
+        return _trained(trained, root)
+    return _compiled(case, root)
+
+
+def _trained(path: Path, root: Path) -> Any:
+    from eval.bench import BenchEntry
+
+    try:
+        fingerprint = hashlib.sha256((path / MANIFEST).read_bytes()).hexdigest()
+    except OSError:
+        raise ZooError(f"entry {path} has no readable {MANIFEST}; rerun `zoo train` or `zoo pull` for it") from None
+
+    def load() -> Any:
+        from zoo.entry import load_entry_dir
+        from zoo.targets import resolve_target
+
+        return _one_line(lambda: resolve_target(load_entry_dir(path), "trained", root))
+
+    return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load)
+
+
+def _compiled(case: Any, root: Path) -> Any:
+    from eval.bench import BenchEntry
+    from rasp_programs.compile import compile_case
+    from zoo.paths import compiled_dir
+    from zoo.targets import resolve_target
+
+    try:
+        compiled = _one_line(lambda: compile_case(case, compiled_dir(root)))
+    except ValueError as exc:
+        raise ZooError(f"case {case.id} does not compile: {exc}") from None
+    h = hashlib.sha256()
+    for name in sorted(compiled.state_dict):
+        h.update(name.encode())
+        h.update(compiled.state_dict[name].detach().cpu().numpy().tobytes())
+    h.update(json.dumps(compiled.graph.promoted().to_json(), sort_keys=True).encode())
+    return BenchEntry(name=case.entry_name, model="compiled", fingerprint=h.hexdigest(),
+                      load=lambda: resolve_target(compiled, "compiled", root))
+
+
+def _one_line(build: Any) -> Any:
+    """build(), with any failure turned into one ValueError line (a bench cell's error, not a traceback)."""
+    try:
+        return build()
+    except ZooError as exc:
+        raise ValueError(str(exc)) from None
+    except Exception as exc:  # noqa: BLE001 - an entry that cannot be built becomes its cells' one-line error
+        first = str(exc).splitlines()[0] if str(exc) else ""
+        raise ValueError(f"{type(exc).__name__}: {first}") from None

@@ -1,0 +1,150 @@
+"""`zoo bench`: every method on every entry, one leaderboard (eval.bench, eval.leaderboard).
+
+Top level is standard library only. Cells are cached under `<out>/cache`, so a rerun (after Ctrl-C
+or with one more method or entry) computes only what is missing.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+LEADERBOARD_FILES = ("leaderboard.json", "leaderboard.csv", "pairwise.csv", "auroc_box.png", "a12_matrix.png")
+"""What `zoo bench` writes into --out (a12_matrix.png only with two or more methods), beside cache/."""
+
+
+def register(sub: argparse._SubParsersAction) -> None:
+    from zoo.commands.common import add_common
+    from zoo.commands.evaluate import BUILTIN_METHOD_KEYS
+
+    p = sub.add_parser(
+        "bench", help="run methods x entries and write one leaderboard (cached: a rerun computes only what is missing)",
+        description="Run circuit-discovery methods on zoo entries and write a leaderboard: per method node and "
+        "edge AUROC (mean ± sd over entries, beside the chance line), F1, CPR, CMD and wall time, and "
+        "InterpBench's RQ4 table (Wilcoxon-Mann-Whitney p and Vargha-Delaney A12 of edge AUROC for every pair "
+        "of methods), as JSON, CSV, a terminal table and PNG plots. Default: every entry under the root and "
+        "every built-in method (" + ", ".join(BUILTIN_METHOD_KEYS) + "). Each (method, entry, seed) result is "
+        "cached in OUT/cache and recomputed only when the entry, the method or a setting changes.")
+    add_common(p, kind_id=False)
+    p.add_argument("--cases", action="append", default=[], metavar="IDS",
+                   help="case ids, comma-separated (e.g. 3,4,gen-0-1): the trained entry if the root has it, "
+                   "else the compiled model (see --model); default every entry under the root")
+    p.add_argument("--planted", action="append", default=[], metavar="NAMES",
+                   help="planted entries by name, comma-separated (folders planted-NAME under the root's entries)")
+    p.add_argument("--method", action="append", default=[], metavar="NAME",
+                   help="method (repeatable or comma-separated): a built-in key or package.module:function; "
+                   "default every built-in method")
+    p.add_argument("--scores", action="append", default=[], metavar="DIR",
+                   help="a folder of precomputed scores, one per entry: DIR/<entry>.json (MIB score file) or "
+                   "DIR/<entry>/ (MIB circuit files); joins the leaderboard as scores:<folder name> (repeatable)")
+    p.add_argument("--model", choices=("auto", "trained", "compiled"), default="auto",
+                   help="which model of a --cases entry (default auto: trained if the root has it, else compiled)")
+    p.add_argument("--out", metavar="DIR", help="where the leaderboard and the cache go (default ROOT/bench)")
+    p.add_argument("--seed", type=int, default=0, help="seed of the task data and methods (default 0)")
+    p.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (default 100)")
+    p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
+                   help="how patched components are replaced (default resample)")
+    p.set_defaults(func=run_bench_command)
+
+
+def _split(values: list[str], what: str) -> list[str]:
+    from zoo.errors import ZooError
+
+    out = [v.strip() for value in values for v in value.split(",") if v.strip()]
+    if values and not out:
+        raise ZooError(f"{what} names nothing; give comma-separated names")
+    return list(dict.fromkeys(out))
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    from zoo.commands.evaluate import BUILTIN_METHOD_KEYS, _stdout_to_stderr
+    from zoo.errors import ZooError
+    from zoo.paths import zoo_root
+
+    cases, planted = _split(args.cases, "--cases"), _split(args.planted, "--planted")
+    keys = _split(args.method, "--method")
+    if args.n < 2:
+        raise ZooError(f"--n must be at least 2, got {args.n}")
+    for key in keys:
+        if ":" not in key and key not in BUILTIN_METHOD_KEYS:
+            raise ZooError(f"unknown method {key!r}; known: {', '.join(BUILTIN_METHOD_KEYS)} "
+                           "(or package.module:function)")
+    for folder in args.scores:
+        if not Path(folder).is_dir():
+            raise ZooError(f"--scores {folder!r} is not a directory (it holds <entry>.json files or <entry>/ folders)")
+    root = zoo_root(args.root)
+    out = Path(args.out) if args.out else root / "bench"
+    if out.exists() and not out.is_dir():
+        raise ZooError(f"--out {str(out)!r} is a file; name a directory")
+
+    from eval.baselines import REGISTRY
+    from eval.bench import BenchSettings, bench_method, run_bench, score_folder
+    from eval.methods import MethodError
+    from zoo.bench_entries import bench_entries
+
+    try:
+        methods = [bench_method(k, REGISTRY) for k in (keys or BUILTIN_METHOD_KEYS)]
+        methods += [score_folder(d) for d in args.scores]
+    except MethodError as exc:
+        raise ZooError(str(exc)) from None
+    entries = bench_entries(root, cases=cases, planted=planted, model=args.model)
+    settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation)
+    bar = _bar(len(entries) * len(methods))
+    try:
+        with _stdout_to_stderr():  # a method's prints must not reach --json
+            run = run_bench(entries, methods, settings, out / "cache", progress=bar)
+    except KeyboardInterrupt:
+        bar.close()
+        print(f"zoo: finished cells are cached in {out / 'cache'}; rerun to compute only what is missing",
+              file=sys.stderr)
+        raise
+    bar.close()
+    board = _write(run, out)
+    if args.json:
+        print(json.dumps(board.to_json(), indent=1, allow_nan=False))
+    else:
+        from eval.leaderboard import table
+
+        print(table(board))
+        print(f"leaderboard written to {out}", file=sys.stderr)
+    return 1 if any(c.status == "error" for c in run.cells) else 0
+
+
+def _bar(total: int):
+    """One tqdm bar over every (method, entry) cell; cached cells pass at once."""
+    from tqdm import tqdm
+
+    bar = tqdm(total=total, file=sys.stderr, unit="cell", desc="bench", mininterval=0.25, leave=False,
+               dynamic_ncols=True)
+
+    def step(cell, cached: bool) -> None:
+        bar.set_postfix_str(f"{cell.method} on {cell.entry}{' (cached)' if cached else ''}", refresh=False)
+        bar.update(1)
+
+    step.close = bar.close  # type: ignore[attr-defined]
+    return step
+
+
+def _write(run, out: Path):
+    """The leaderboard's files, each written whole under a temporary name and renamed into place."""
+    import os
+    import tempfile
+
+    from eval.bench_plots import write_bench_plots
+    from eval.leaderboard import leaderboard, pairs_to_csv, to_csv
+
+    board = leaderboard(run)
+    out.mkdir(parents=True, exist_ok=True)
+    texts = {"leaderboard.json": json.dumps(board.to_json(), indent=1, allow_nan=False),
+             "leaderboard.csv": to_csv(board), "pairwise.csv": pairs_to_csv(board)}
+    for name, text in texts.items():
+        tmp = out / f".{name}.tmp"
+        tmp.write_text(text)
+        os.replace(tmp, out / name)
+    (out / "a12_matrix.png").unlink(missing_ok=True)  # a stale matrix must not outlive a one-method run
+    with tempfile.TemporaryDirectory(dir=out, prefix=".plots-") as tmp:
+        for path in write_bench_plots(board, tmp):
+            os.replace(path, out / path.name)
+    return board

@@ -1,0 +1,36 @@
+"""A trained model + its compiled case -> validation.json's `inert_edges`: the ground-truth edges
+that no counterfactual of the task moves (eval.evaluation.inert_truth), so that a reader of the
+entry knows which labelled edges no counterfactual method can find on this task.
+
+Computed on the exported TransformerLens model, as `zoo eval` sees it, with the evaluator's task
+data (INERT_N inputs, seed INERT_SEED, resample counterfactuals)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+INERT_N = 200
+"""Clean inputs (and as many counterfactuals) the check patches on: `zoo eval`'s default n."""
+INERT_SEED = 0
+"""Seed of those inputs: `zoo eval`'s default seed."""
+
+
+def inert_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circuit_json: Mapping[str, Any],
+                  compiled: Any) -> dict[str, Any]:
+    """validation.json's `inert_edges`: {edges, qkv_edges, atol, rule, n, seed}."""
+    from eval.ablation import make_context
+    from eval.circuit import Circuit
+    from eval.evaluation import inert_truth
+    from eval.graph import graph_of
+    from eval.task import make_task
+    from eval.tlens import build_hooked
+
+    model = build_hooked(dict(config), dict(state_dict))
+    graph = graph_of(model)
+    truth = Circuit.from_json(circuit_json).promoted()
+    task = make_task(case=compiled.case, encoding=compiled.encoding, reference=compiled.model, n=INERT_N,
+                     seed=INERT_SEED)
+    inert = inert_truth(make_context(model, task, graph), graph, truth, atol=1e-6)
+    return {**dataclasses.asdict(inert), "n": INERT_N, "seed": INERT_SEED, "ablation": "resample"}

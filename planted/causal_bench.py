@@ -80,7 +80,7 @@ def causal_model(layers: int) -> CausalModel:
         Node(name="a0.h1", parents=(), fn=_operand_b, reads_input=True,
              label="operand_b: b = x_2 (x_1 at position 1)"),
         Node(name=compute, parents=("a0.h0", "a0.h1"), fn=_compute, label="compute: c = (a*b + a + 2b) mod 5"),
-        Node(name=route, parents=(compute,), fn=_route, label="route: r = c at position 2 (1 at position 1)"),
+        Node(name=route, parents=(compute,), fn=_route, label="route: r = c_2 (c_1 at position 1)"),
         Node(name=fmt, parents=(route,), fn=_format, reads_input=True, label="format: y = (r + x_i) mod 5"),
     )
     return CausalModel(node_list=nodes, first_value_id=1, n_values=N_VALUES)

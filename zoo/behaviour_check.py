@@ -35,12 +35,14 @@ class BehaviourCheck:
     """Accuracy against the compiled program (mean of padded and unpadded inputs); None: no program."""
     recorded: float | None
     """validation.json's accuracy."""
+    against: str = "the compiled program"
+    """What gave the labels: the compiled program, or the planted high-level model."""
 
     def describe(self) -> str:
         if self.measured is None:
             return (f"outputs finite on {self.n_inputs} inputs; accuracy not checked: a data-only case has "
                     "no program to compare with")
-        return (f"accuracy {self.measured:.4f} on {self.n_inputs} inputs vs the compiled program "
+        return (f"accuracy {self.measured:.4f} on {self.n_inputs} inputs vs {self.against} "
                 f"(validation.json: {self.recorded:.4f})")
 
 
@@ -93,7 +95,8 @@ def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_
             raise ArtifactError(
                 f"entry {label}: its model's accuracy on {N_INPUTS} inputs of case {entry.case.id} is "
                 f"{measured:.4f}, validation.json records {recorded:.4f} (tolerance {allowed:.3f}); refused")
-    return BehaviourCheck(N_INPUTS, measured, recorded if isinstance(recorded, float) else None)
+    against = "the planted high-level model" if entry.case.family == "planted" else "the compiled program"
+    return BehaviourCheck(N_INPUTS, measured, recorded if isinstance(recorded, float) else None, against)
 
 
 def _compiled(entry: CheckedEntry, compile_cache: Path | None) -> Any:

@@ -1,0 +1,114 @@
+"""Planted models: the high-level causal model equals its label function, every node matters,
+the CLI lists / shows them, and a test-size CAUSAL-BENCH model trains to criterion with its
+circuit nodes mattering and nothing else."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planted import get_planted, planted_names
+from planted.causal_bench import MAX_LEN, MIN_LEN, N_VALUES
+from siit.data import inert_high_nodes, make_dataset, pair_sources, step_generator
+from siit.high_level import HighLevelModel, HighLevelTask, selection_rows
+from zoo.cli import main
+
+NAMES = planted_names()
+SEQS = st.lists(st.integers(0, N_VALUES - 1), min_size=MIN_LEN, max_size=MAX_LEN).map(tuple)
+
+
+def _encode(task, seqs):
+    tokens, mask = task.encoding.encode(seqs)
+    labelled = mask.bool().clone()
+    labelled[:, 0] = False
+    return tokens, mask, labelled
+
+
+@settings(max_examples=60, deadline=None)
+@given(name=st.sampled_from(NAMES), seqs=st.lists(SEQS, min_size=1, max_size=8))
+def test_high_level_outputs_equal_the_label_function(name, seqs) -> None:
+    task = get_planted(name)
+    tokens, mask, labelled = _encode(task, seqs)
+    labels, values = task.high_level().run(tokens, mask)
+    assert values.shape == (5, len(seqs), task.encoding.n_ctx)
+    assert torch.equal(labels[labelled], task.labels(seqs)[labelled])
+
+
+@settings(max_examples=40, deadline=None)
+@given(name=st.sampled_from(NAMES), base=SEQS, source=SEQS)
+def test_interchange_takes_the_selected_nodes_from_the_source(name, base, source) -> None:
+    task = get_planted(name)
+    model = task.high_level()
+    tokens, mask, labelled = _encode(task, [base])
+    src_tokens, src_mask, _ = _encode(task, [source])
+    clean, _ = model.run(tokens, mask)
+    src_labels, src_values = model.run(src_tokens, src_mask)
+    n = len(model.nodes)
+    nothing = model.interchange(tokens, mask, src_values, torch.zeros(n, dtype=torch.bool))
+    assert torch.equal(nothing, clean)
+    output_node = selection_rows(n)[-1]  # the output node from the source: the source's output
+    assert torch.equal(model.interchange(tokens, mask, src_values, output_node)[labelled], src_labels[labelled])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_planted_node_changes_the_output_under_some_interchange(name) -> None:
+    task = get_planted(name)
+    assert isinstance(task, HighLevelTask) and isinstance(task.high_level(), HighLevelModel)
+    model = task.high_level()
+    data = make_dataset(task, model, 512, seed=1)
+    sources = pair_sources(data.lengths, torch.arange(len(data)), "source_not_shorter", step_generator(0, -2))
+    n = len(model.nodes)
+    assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == []
+    assert n == 5 and task.graph.nodes == tuple(sorted(model.nodes, key=task.graph.nodes.index))
+
+
+def test_scales_place_the_circuit_as_the_paper_says() -> None:
+    four = get_planted("causal-bench-4x4")
+    assert four.graph.nodes == ("a0.h0", "a0.h1", "m1", "a2.h0", "m3")
+    assert get_planted("causal-bench-2x2").graph.nodes == ("a0.h0", "a0.h1", "m0", "a1.h0", "m1")
+    from siit.config import ArchConfig
+
+    for name, size in (("causal-bench-6x6", 6), ("causal-bench-12x12", 12)):
+        cfg = get_planted(name).low_level_config(ArchConfig())
+        assert (cfg["n_layers"], cfg["n_heads"]) == (size, size)
+
+
+def test_show_unknown_planted_model_is_one_line_exit_2(capsys) -> None:
+    code = main(["show", "planted", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "unknown planted model 'nope'" in err and "causal-bench-4x4" in err
+
+
+def test_list_and_show_planted(capsys) -> None:
+    assert main(["list", "planted"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in NAMES)
+    assert main(["show", "planted", "causal-bench-4x4"]) == 0
+    out = capsys.readouterr().out
+    assert "route" in out and "d_model 16" in out and "m3->logits" in out
+
+
+def test_test_size_planted_model_trains_to_criterion() -> None:
+    """causal-bench-2x2 with small data: the criterion (0.99 on held-out pairs), every circuit
+    node's resample effect > 0.05 and the out-of-circuit node's <= 0.01."""
+    from siit.config import TrainConfig
+    from siit.trainer import train
+    from siit.validation import validate_model
+
+    config = TrainConfig(n_train=1024, n_val=256, criterion=0.99, epochs=150, seed=0)
+    start = time.perf_counter()
+    result = train(get_planted("causal-bench-2x2"), config)
+    seconds = time.perf_counter() - start
+    assert result.met_criterion, result.metrics
+    assert seconds < 60
+    validation = validate_model(result.model, result.evaluator)
+    effects = {row["node"]: row["resample"] for row in validation["node_effects"]}
+    circuit = set(result.correspondence.aligned)
+    assert len(circuit) == 5 and set(effects) == set(result.correspondence.low.nodes)
+    assert min(effects[n] for n in circuit) > 0.05
+    assert max(effects[n] for n in effects if n not in circuit) <= 0.01

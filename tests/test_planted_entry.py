@@ -1,4 +1,4 @@
-"""A planted entry trained by `zoo train planted` (test size): it meets its criterion with the
+"""A planted entry trained as `zoo train planted` does (test size, well under a minute): it meets its criterion with the
 circuit's nodes mattering and nothing else, and passes what case entries pass: sha256
 verification, pickle refusal, the entry checks (case.json rebuilt from the planted name, never
 code from the entry), `zoo validate`, `zoo eval`, push / pull / zoo.load round trip."""
@@ -23,20 +23,29 @@ ENTRY = f"planted-{NAME}"
 REPO = "zoo-test/zoo"
 
 
+TEST_SIZE = {"n_train": 1024, "n_val": 256, "criterion": 0.99, "epochs": 150}
+"""A test-size run: half the data, criterion 0.99 (the issue's target; `zoo train`'s default is 1.0)."""
+
+
 @pytest.fixture(scope="module")
 def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, float]:
-    """(zoo root holding the entry, `zoo train --json` summary, seconds)."""
-    root = tmp_path_factory.mktemp("planted-root")
-    import contextlib
-    import io
+    """(zoo root holding the entry, summary, training seconds): causal-bench-2x2 with 8-wide heads
+    trained by the library and written by the code `zoo train` writes with."""
+    from planted import get_planted
+    from siit.config import ArchConfig, TrainConfig
+    from siit.trainer import train
+    from siit.validation import validate_model
+    from zoo.commands.training import _summary, _write
 
-    out = io.StringIO()
+    root = tmp_path_factory.mktemp("planted-root")
+    task = get_planted(NAME)
     start = time.perf_counter()
-    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
-        code = main(["train", "planted", NAME, "--criterion", "0.99", "--root", str(root), "--json"])
+    result = train(task, TrainConfig(**TEST_SIZE), ArchConfig(d_head=8))
     seconds = time.perf_counter() - start
-    assert code == 0, out.getvalue()[-500:]
-    return root, json.loads(out.getvalue()), seconds
+    validation = validate_model(result.model, result.evaluator)
+    dest = _write(root / "entries" / ENTRY, task, result=result, validation=validation,
+                  command=["zoo", "train", "planted", NAME])
+    return root, _summary(task.case, dest, result, validation), seconds
 
 
 @pytest.fixture()
@@ -49,7 +58,7 @@ def entry(trained, tmp_path: Path) -> Path:
 
 def test_zoo_train_planted_meets_its_criterion_with_the_circuit_alone_mattering(trained) -> None:
     root, summary, seconds = trained
-    assert summary["met_criterion"] and seconds < 90
+    assert summary["met_criterion"] and seconds < 60
     assert min(summary["accuracy"], summary["iia_min"], summary["siia_min"]) >= 0.99
     validation = json.loads((root / "entries" / ENTRY / "validation.json").read_text())
     rows = validation["node_effects"]
@@ -141,6 +150,7 @@ def test_push_pull_load_round_trip_of_a_planted_entry(trained, tmp_path: Path, c
         src = trained[0]
         assert main(["push", "planted", NAME, "--repo-id", REPO, "--root", str(src)]) == 0
         assert f"{ENTRY}/model.safetensors" in hub.files(REPO)
+        capsys.readouterr()
         fresh = tmp_path / "fresh"
         code = main(["pull", "planted", NAME, "--repo-id", REPO, "--root", str(fresh), "--json"])
         out = capsys.readouterr()

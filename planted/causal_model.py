@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from eval.circuit import INPUT, LOGITS, Circuit, TaskKind, parse_node
+from eval.circuit import INPUT, LOGITS, Circuit, TaskKind, node_sort_key, parse_node
 from eval.tlens import hooked_config
 from rasp_programs.case import Case
 from rasp_programs.encoding import Encoding
@@ -58,13 +58,19 @@ class CausalModel:
     """Named nodes in topological order; the last one is the output. A siit HighLevelModel."""
 
     node_list: tuple[Node, ...]
-    """The nodes; each parent comes before its child."""
+    """The nodes in forward order (eval.circuit.node_sort_key: layer by layer, heads before the
+    MLP), so that each parent, a component the child can read, comes before it."""
     first_value_id: int
     """Token id of input value 0 (ids of values are consecutive from there)."""
     n_values: int
     """Output classes (the output node's values lie in [0, n_values))."""
 
     def __post_init__(self) -> None:
+        if not self.node_list:
+            raise ValueError("a causal model needs at least one node")
+        names = [n.name for n in self.node_list]
+        if names != sorted(names, key=node_sort_key):
+            raise ValueError(f"nodes must be listed in forward order, got {names}")
         seen: set[str] = set()
         for node in self.node_list:
             missing = [p for p in node.parents if p not in seen]
@@ -72,6 +78,9 @@ class CausalModel:
                 raise ValueError(f"node {node.name}: parents {missing} are not earlier nodes")
             if node.name in seen:
                 raise ValueError(f"duplicate node {node.name}")
+            layer = parse_node(node.name)
+            if layer.kind == "head" and any(parse_node(p).layer >= layer.layer for p in node.parents):
+                raise ValueError(f"node {node.name}: a head reads only components of earlier layers")
             seen.add(node.name)
 
     @property

@@ -88,3 +88,16 @@ def test_list_and_show_planted(capsys) -> None:
     assert main(["show", "planted", "causal-bench-4x4"]) == 0
     out = capsys.readouterr().out
     assert "route" in out and "d_model 16" in out and "m3->logits" in out
+
+
+def test_causal_model_refuses_a_graph_no_transformer_can_hold() -> None:
+    from planted.causal_model import CausalModel, Node
+
+    copy = lambda d, r, *p: d  # noqa: E731
+    with pytest.raises(ValueError, match="forward order"):
+        CausalModel(node_list=(Node(name="m1", parents=(), fn=copy, label=""),
+                               Node(name="a0.h0", parents=(), fn=copy, label="")), first_value_id=1, n_values=5)
+    with pytest.raises(ValueError, match="earlier layers"):
+        CausalModel(node_list=(Node(name="a0.h0", parents=(), fn=copy, label=""),
+                               Node(name="a0.h1", parents=("a0.h0",), fn=copy, label="")), first_value_id=1,
+                    n_values=5)

@@ -29,8 +29,8 @@ from siit.correspondence import Correspondence, make_correspondence
 
 NodeFn = Callable[..., torch.Tensor]
 """fn(digits [N, T] long, real [N, T] bool, *parent values [N, T] long) -> values [N, T] long.
-`digits` are input values (token id minus the offset of the first value); BOS and PAD positions
-hold garbage that no labelled position may depend on."""
+`digits` are token ids minus the id of the first input value (input value k is digit k); BOS and
+PAD positions hold other numbers, which no labelled position may depend on."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -100,7 +100,7 @@ class CausalModel:
 
     def _forward(self, tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor | None,
                  select: torch.Tensor | None) -> torch.Tensor:
-        digits = (tokens - self.first_value_id).clamp(0, self.n_values - 1)  # [N, T]
+        digits = tokens - self.first_value_id  # [N, T]; BOS / PAD map outside the values
         real = mask.bool()
         values: dict[str, torch.Tensor] = {}
         for i, node in enumerate(self.node_list):

@@ -15,7 +15,22 @@ from siit.high_level import HighLevelModel, HighLevelTask, selection_rows
 from zoo.cli import main
 
 NAMES = planted_names()
+BENCH = [n for n in NAMES if n.startswith("causal-bench-")]
 SEQS = st.lists(st.integers(0, N_VALUES - 1), min_size=MIN_LEN, max_size=MAX_LEN).map(tuple)
+
+
+@st.composite
+def ioi_sentences(draw) -> tuple[str, ...]:
+    """Any template, ABBA or BABA, any two distinct names: independent of planted.ioi.sample."""
+    from planted.ioi import NAMES as PEOPLE, TEMPLATES
+
+    io, s = draw(st.lists(st.sampled_from(PEOPLE), min_size=2, max_size=2, unique=True))
+    a, b = (io, s) if draw(st.booleans()) else (s, io)
+    return tuple(w.format(A=a, B=b, S=s) for w in draw(st.sampled_from(TEMPLATES)))
+
+
+def inputs(name: str):
+    return ioi_sentences() if name == "ioi" else SEQS
 
 
 def _encode(task, seqs):
@@ -25,20 +40,22 @@ def _encode(task, seqs):
     return tokens, mask, labelled
 
 
-@settings(max_examples=60, deadline=None)
-@given(name=st.sampled_from(NAMES), seqs=st.lists(SEQS, min_size=1, max_size=8))
-def test_high_level_outputs_equal_the_label_function(name, seqs) -> None:
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), name=st.sampled_from(NAMES))
+def test_high_level_outputs_equal_the_label_function(data, name) -> None:
     task = get_planted(name)
+    seqs = data.draw(st.lists(inputs(name), min_size=1, max_size=8))
     tokens, mask, labelled = _encode(task, seqs)
     labels, values = task.high_level().run(tokens, mask)
-    assert values.shape == (5, len(seqs), task.encoding.n_ctx)
+    assert values.shape == (len(task.high_level().nodes), len(seqs), task.encoding.n_ctx)
     assert torch.equal(labels[labelled], task.labels(seqs)[labelled])
 
 
 @settings(max_examples=40, deadline=None)
-@given(name=st.sampled_from(NAMES), base=SEQS, source=SEQS)
-def test_interchange_takes_the_selected_nodes_from_the_source(name, base, source) -> None:
+@given(data=st.data(), name=st.sampled_from(NAMES))
+def test_interchange_takes_the_selected_nodes_from_the_source(data, name) -> None:
     task = get_planted(name)
+    base, source = data.draw(inputs(name)), data.draw(inputs(name))
     model = task.high_level()
     tokens, mask, labelled = _encode(task, [base])
     src_tokens, src_mask, _ = _encode(task, [source])
@@ -60,7 +77,28 @@ def test_every_planted_node_changes_the_output_under_some_interchange(name) -> N
     sources = pair_sources(data.lengths, torch.arange(len(data)), "source_not_shorter", step_generator(0, -2))
     n = len(model.nodes)
     assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == []
-    assert n == 5 and task.graph.nodes == tuple(sorted(model.nodes, key=task.graph.nodes.index))
+    assert n == (3 if name == "ioi" else 5) and task.graph.nodes == model.nodes
+
+
+def test_ioi_generator_yields_its_templates_with_distinct_subject_and_object() -> None:
+    import numpy as np
+
+    from planted.ioi import NAMES as PEOPLE, TEMPLATES, reference
+
+    task = get_planted("ioi")
+    seqs = task.case.sample(600, seed=4)
+    kinds = set()
+    for seq in seqs:
+        names = [w for w in seq if w in PEOPLE]
+        assert len(names) == 3 and len(set(names)) == 2  # IO once, S twice
+        io, s = names[0] if names[0] != names[2] else names[1], names[2]
+        assert io != s and reference(seq)[-1] == io and seq[-1] == "to"
+        template = next(t for t in TEMPLATES if len(t) == len(seq) and all(
+            w == x or w.startswith("{") for w, x in zip(t, seq)))
+        kinds.add((TEMPLATES.index(template), "ABBA" if names[0] == io else "BABA"))
+    assert kinds == {(t, k) for t in range(len(TEMPLATES)) for k in ("ABBA", "BABA")}
+    assert task.case.sample(5, seed=1) == task.case.sample(5, seed=1) != task.case.sample(5, seed=2)
+    assert np.unique([s[-1] for s in seqs]).tolist() == ["to"]
 
 
 def test_scales_place_the_circuit_as_the_paper_says() -> None:

@@ -48,7 +48,12 @@ class TaskData:
 
 
 def reference_outputs(model: Any, tokens: torch.Tensor, mask: torch.Tensor, task_kind: TaskKind) -> torch.Tensor:
-    """Labels from a reference model: argmax class ids, or the regression value."""
+    """Labels from a reference model: argmax class ids, or the regression value. A hand-written
+    high-level model (siit.high_level.HighLevelModel: not a torch module, `run(tokens, mask)` ->
+    (labels, node values)) gives its labels directly."""
+    if not isinstance(model, torch.nn.Module) and callable(getattr(model, "run", None)):
+        with torch.no_grad():
+            return model.run(tokens, mask)[0]
     logits = forward(model, tokens, mask)  # masks read as TL 3.x does, whichever major is installed
     return logits.argmax(-1) if task_kind == "classification" else logits[..., 0].float()
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import importlib
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 
@@ -55,6 +55,9 @@ class Case:
     """`sampler(rng, n)` -> n input sequences; default: uniform length, uniform tokens."""
     notes: str = ""
     """Why the program is written as it is (e.g. a rewrite that avoids a Tracr miscompilation)."""
+    family: Literal["case", "planted"] = "case"
+    """"case": a RASP program; "planted": the task of a hand-written high-level model (package
+    `planted`), which has no RASP program (build_program raises)."""
 
     def __post_init__(self) -> None:
         if self.task_kind not in ("classification", "regression"):
@@ -67,6 +70,8 @@ class Case:
             raise CaseError(f"case {self.id}: vocabulary must not contain {BOS!r} or {PAD!r}")
         if not 1 <= self.min_seq_len <= self.max_seq_len:
             raise CaseError(f"case {self.id}: need 1 <= min_seq_len <= max_seq_len")
+        if self.family not in ("case", "planted"):
+            raise CaseError(f"case {self.id}: family must be case or planted")
 
     @property
     def program(self) -> Any:
@@ -75,8 +80,9 @@ class Case:
 
     @property
     def entry_name(self) -> str:
-        """Name of the zoo entry: `case-33`, or `case-mypkg.mymod-make_case` for an outside case."""
-        return "case-" + self.id.replace(":", "-")
+        """Name of the zoo entry: `case-33`, `case-mypkg.mymod-make_case` for an outside case,
+        `planted-causal-bench-4x4` for a planted model."""
+        return f"{self.family}-" + self.id.replace(":", "-")
 
     def sample(self, n: int, seed: int) -> list[InputSeq]:
         """n input sequences drawn reproducibly from `seed`."""
@@ -108,7 +114,7 @@ class Case:
             "bos": BOS,
             "pad": PAD,
             "notes": self.notes,
-        }
+        } | ({"family": "planted"} if self.family == "planted" else {})
 
 
 def uniform_sampler(vocab: Sequence[Value], min_len: int, max_len: int) -> Sampler:

@@ -1,7 +1,8 @@
-"""A compiled case -> fixed training / validation sets with high-level labels, and base/source pairs.
+"""A high-level task -> fixed training / validation sets with high-level labels, and base/source pairs.
 
-Data is drawn once (the input spaces are small) and labelled by the compiled high-level model,
-which equals the RASP program (tested in rasp_programs). Pairs are redrawn every training step.
+Data is drawn once (the input spaces are small) and labelled by the high-level model
+(siit.high_level: the compiled Tracr model, which equals the RASP program as tested in
+rasp_programs, or a hand-written one). Pairs are redrawn every training step.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from typing import Any
 import torch
 
 from siit.config import Pairing
-from siit.losses import targets_from_logits
+from siit.high_level import HighLevelModel, as_high_level, selection_rows
 from siit.transformer import Transformer
 
 
@@ -31,7 +32,8 @@ class Dataset:
     labels: torch.Tensor
     """[N, n_ctx]: class ids (long) or values (float) of the high-level output."""
     high_acts: torch.Tensor
-    """[hl layers, N, n_ctx, hl heads + 1, hl d_model]: high-level node activations (sources)."""
+    """[*, N, n_ctx, ...]: the high-level model's node values (the IIT sources), batch on dim 1;
+    for a compiled case its node activations [hl layers, N, n_ctx, hl heads + 1, hl d_model]."""
     seqs: tuple[tuple[Any, ...], ...]
     """The raw input sequences."""
     present: torch.Tensor | None = None
@@ -91,15 +93,14 @@ def with_shapes(data: Dataset, shapes: Sequence[str], generator: torch.Generator
     )
 
 
-def make_dataset(compiled: Any, high: Transformer, n: int, seed: int) -> Dataset:
-    """n sequences from the case's sampler, encoded and labelled by the high-level model."""
-    seqs = compiled.case.sample(n, seed)
-    tokens, mask = compiled.encoding.encode(seqs)
-    with torch.no_grad():
-        logits, acts = high(tokens, mask, return_acts=True)
+def make_dataset(task: Any, high: HighLevelModel | Transformer, n: int, seed: int) -> Dataset:
+    """n sequences from the task's sampler, encoded and labelled by the high-level model
+    (siit.high_level.HighLevelTask / HighLevelModel; a bare compiled Transformer is wrapped)."""
+    seqs = task.case.sample(n, seed)
+    tokens, mask = task.encoding.encode(seqs)
+    labels, values = as_high_level(high, task.case.task_kind).run(tokens, mask)
     return Dataset(
-        tokens=tokens, mask=mask, lengths=mask.sum(1) - 1,
-        labels=targets_from_logits(logits, compiled.case.task_kind), high_acts=acts,
+        tokens=tokens, mask=mask, lengths=mask.sum(1) - 1, labels=labels, high_acts=values,
         seqs=tuple(seqs),
     )
 
@@ -119,24 +120,25 @@ def pair_sources(lengths: torch.Tensor, bases: torch.Tensor, pairing: Pairing,
     return order[pick.clamp(max=n - 1)]
 
 
-def inert_high_nodes(data: Dataset, high: Transformer, high_masks: torch.Tensor, names: Sequence[str],
-                     sources: torch.Tensor, task_kind: str) -> list[str]:
-    """High-level nodes whose interchange from `sources` never changes the high-level output."""
-    from siit.interventions import interchange
-
+def inert_high_nodes(data: Dataset, high: HighLevelModel | Transformer, high_masks: torch.Tensor,
+                     names: Sequence[str], sources: torch.Tensor, task_kind: str) -> list[str]:
+    """High-level nodes whose interchange from `sources` never changes the high-level output.
+    high_masks: one row per name, the `select` of a HighLevelModel (or, with a bare compiled
+    Transformer, its slot masks [n, hl layers, hl heads + 1])."""
+    if isinstance(high, Transformer):
+        high, high_masks = as_high_level(high, task_kind, high_masks, names), selection_rows(len(names))
     inert = []
     with torch.no_grad():
-        clean = targets_from_logits(high(data.tokens, data.mask)[0], task_kind)
-        for name, node_mask in zip(names, high_masks):
-            patched = targets_from_logits(
-                interchange(high, data.tokens, data.mask, data.high_acts[:, sources], node_mask), task_kind)
+        clean = high.run(data.tokens, data.mask)[0]
+        for name, select in zip(names, high_masks):
+            patched = high.interchange(data.tokens, data.mask, data.high_acts[:, sources], select)
             changed = (patched != clean) if task_kind == "classification" else (patched - clean).abs() > 1e-6
             if not changed[data.label_mask].any():
                 inert.append(name)
     return inert
 
 
-def resolve_pairing(pairing: Pairing, data: Dataset, high: Transformer, high_masks: torch.Tensor,
+def resolve_pairing(pairing: Pairing, data: Dataset, high: HighLevelModel | Transformer, high_masks: torch.Tensor,
                     names: Sequence[str], task_kind: str, seed: int) -> Pairing:
     """"auto" -> source_not_shorter if every high-level node changes the high-level output on some
     training pair under it, else independent (see TrainConfig.pairing); other values unchanged."""

@@ -19,7 +19,8 @@ from eval.circuit import TaskKind
 from siit.correspondence import Correspondence
 from siit.data import Dataset, pair_sources
 from siit.interventions import interchange, node_activations, repeat_rows
-from siit.losses import agree, predictions, targets_from_logits
+from siit.high_level import HighLevelModel, selection_rows
+from siit.losses import agree, predictions
 from siit.transformer import Transformer
 
 _MAX_ROWS = 8192  # rows per batched forward pass: bounds memory for larger models
@@ -39,7 +40,7 @@ class Evaluator:
     tolerance: float
 
     @classmethod
-    def build(cls, data: Dataset, high: Transformer, correspondence: Correspondence, *,
+    def build(cls, data: Dataset, high: HighLevelModel, correspondence: Correspondence, *,
               task_kind: TaskKind, tolerance: float, pairing: str, generator: torch.Generator) -> Evaluator:
         n = len(data)
         # a dataset repeated per input shape pairs every copy the same way: under causal attention
@@ -49,10 +50,9 @@ class Evaluator:
         first = pair_sources(data.lengths[:n0], torch.arange(n0), pairing, generator)
         sources = torch.cat([first + k * n0 for k in range(copies)])
         targets = []
-        with torch.no_grad():
-            for hl_mask in correspondence.high_masks():
-                logits = interchange(high, data.tokens, data.mask, data.high_acts[:, sources], hl_mask)
-                targets.append(targets_from_logits(logits, task_kind))
+        with torch.no_grad():  # high-level node i of correspondence.high_nodes is high.nodes[i]
+            for select in selection_rows(len(correspondence.high_nodes)):
+                targets.append(high.interchange(data.tokens, data.mask, data.high_acts[:, sources], select))
         return cls(data, sources, torch.stack(targets), correspondence, task_kind, tolerance)
 
     def groups(self) -> tuple[list[str], torch.Tensor]:

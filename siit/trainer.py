@@ -1,4 +1,5 @@
-"""A compiled case + TrainConfig -> a low-level transformer trained with (S)IIT to criterion.
+"""A high-level task (siit.high_level; a compiled case is one) + TrainConfig -> a low-level
+transformer trained with (S)IIT to criterion.
 
 `train` reads like the pipeline: architecture, correspondence, data and distractor tasks
 (`prepare`), model and optimiser, (resume), steps with periodic validation and checkpoints until
@@ -34,13 +35,13 @@ from siit import adaptation
 from siit.adaptation import AdaptState
 from siit.checkpoint import load_checkpoint, save_checkpoint
 from siit.config import ArchConfig, ConfigError, TrainConfig
-from siit.correspondence import Correspondence, low_level_config, make_correspondence
+from siit.correspondence import Correspondence
 from siit.data import (SHAPES, Dataset, case_seed, epoch_order, make_dataset, pair_sources, present_mask, random_pads_kept,
                        resolve_pairing, step_generator, with_shapes)
 from siit.distractors import (DistractorTargets, distractor_loss, loudness, make_distractors, norm_ceiling_loss,
                               norm_match_loss, r_squared, readout)
-from siit.interventions import interchange
-from siit.losses import output_loss, targets_from_logits
+from siit.high_level import HighLevelModel, as_task, selection_rows
+from siit.losses import output_loss
 from siit.metrics import Evaluator, meets_criterion
 from siit.optim import Adam
 from siit.reparametrize import rescale_heads
@@ -92,12 +93,13 @@ class TrainResult:
 
 @dataclasses.dataclass
 class _Setup:
-    high: Transformer
+    high: HighLevelModel
     low_config: dict[str, Any]
     corr: Correspondence
     train_set: Dataset
     evaluator: Evaluator
     high_masks: torch.Tensor
+    """bool [n_high, n_high]: row i selects high-level node i (HighLevelModel.interchange's select)."""
     low_masks: torch.Tensor
     non_aligned: torch.Tensor
     """bool [L, S]: the non-aligned low-level nodes."""
@@ -135,21 +137,26 @@ class _Trainee(nn.Module):
         self.reference.copy_(measured if fresh else momentum * self.reference + (1 - momentum) * measured)
 
 
-def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> _Setup:
-    """Architecture, correspondence, data and distractor tasks: everything fixed before step 1."""
-    task = compiled.case.task_kind
-    high = Transformer.from_state_dict(compiled.config, compiled.state_dict)
-    low_config = low_level_config(compiled.config, arch)
-    per_case = case_seed(config.seed, compiled.case.id)
-    corr = make_correspondence(compiled.graph, compiled.config, low_config, per_case)
+def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> _Setup:
+    """Architecture, correspondence, data and distractor tasks: everything fixed before step 1.
+    `task`: a siit.high_level.HighLevelTask, or a compiled case (wrapped in TracrTask)."""
+    task = as_task(task)
+    kind = task.case.task_kind
+    high = task.high_level()
+    low_config = task.low_level_config(arch)
+    per_case = case_seed(config.seed, task.case.id)
+    corr = task.correspondence(low_config, per_case)
     if not corr.high_nodes:
-        raise ConfigError(f"case {compiled.case.id}: the high-level graph has no nodes to align")
-    train_set = make_dataset(compiled, high, config.n_train, seed=2 * config.seed + 1)
-    val_set = make_dataset(compiled, high, config.n_val, seed=2 * config.seed + 2)
-    pairing = resolve_pairing(config.pairing, train_set, high, corr.high_masks(), corr.high_nodes, task, config.seed)
+        raise ConfigError(f"case {task.case.id}: the high-level graph has no nodes to align")
+    if tuple(high.nodes) != corr.high_nodes:
+        raise ConfigError(f"case {task.case.id}: the correspondence names other high-level nodes than the model")
+    selects = selection_rows(len(corr.high_nodes))
+    train_set = make_dataset(task, high, config.n_train, seed=2 * config.seed + 1)
+    val_set = make_dataset(task, high, config.n_val, seed=2 * config.seed + 2)
+    pairing = resolve_pairing(config.pairing, train_set, high, selects, corr.high_nodes, kind, config.seed)
     causal = low_config["attention_dir"] == "causal"
     build = lambda data: Evaluator.build(  # noqa: E731
-        data, high, corr, task_kind=task, tolerance=config.regression_tolerance, pairing=pairing,
+        data, high, corr, task_kind=kind, tolerance=config.regression_tolerance, pairing=pairing,
         generator=step_generator(config.seed, -1))
     final = build(with_shapes(val_set, SHAPES, step_generator(config.seed, -3)))
     # periodic checks run on the padded copy; the other shapes are checked once it meets the criterion
@@ -161,13 +168,13 @@ def prepare(compiled: Any, config: TrainConfig, arch: ArchConfig = ArchConfig())
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
                                         train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
     circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long).reshape(-1, 2)
-    return _Setup(high, low_config, corr, train_set, evaluator, corr.high_masks(), corr.low_masks(),
+    return _Setup(high, low_config, corr, train_set, evaluator, selects, corr.low_masks(),
                   corr.low.mask(corr.non_aligned), pairing, final, config.input_shapes and not causal,
                   targets, circuit_slots, per_case)
 
 
 def train(
-    compiled: Any,
+    task: Any,
     config: TrainConfig,
     arch: ArchConfig = ArchConfig(),
     *,
@@ -176,8 +183,10 @@ def train(
     progress: Progress | None = None,
     should_stop: Callable[[int], bool] | None = None,
 ) -> TrainResult:
-    """Train the low-level model for `compiled` until the criterion or the step budget."""
-    s = prepare(compiled, config, arch)
+    """Train the low-level model for `task` (a HighLevelTask or a compiled case) until the
+    criterion or the step budget."""
+    task = as_task(task)
+    s = prepare(task, config, arch)
     config = dataclasses.replace(config, pairing=s.pairing)  # record the resolved choice
     model = Transformer(s.low_config)
     gen = torch.Generator().manual_seed(config.seed)
@@ -218,7 +227,7 @@ def train(
                 adapt = extended
                 emphasis = adaptation.node_weights(adapt, metrics, s.corr.high_nodes)
             optimizer.lr = adaptation.learning_rate(adapt, config, step)
-            losses = _step(trainee, optimizer, s, config, compiled.case.task_kind, step, emphasis)
+            losses = _step(trainee, optimizer, s, config, task.case.task_kind, step, emphasis)
             step += 1
             if step % config.eval_every == 0 or step == adapt.budget:
                 metrics = _evaluate(trainee, s.evaluator, s.targets)
@@ -311,9 +320,7 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
         choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
     else:
         choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
-    with torch.no_grad():
-        hl_logits = interchange(s.high, tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
-    iit_target = targets_from_logits(hl_logits, task)
+    iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_mask = s.low_masks[choice]
     strict_mask = _strict_mask(s.non_aligned, B, config.strict_sampling, gen)
     weights = {"iit": config.iit_weight, "strict": config.strict_weight, "behavior": config.behavior_weight}

@@ -5,7 +5,8 @@ case's own inputs, compared with the compiled program and with validation.json's
 Transformer (TransformerLens-equivalent, and no TransformerLens import). For a built-in case the
 labels come from the Tracr-compiled program (rasp_programs.compile, cached under the zoo root),
 the entry's encoding must be the compiled one and its circuit must be the compiled graph (mapped
-through the entry's correspondence, if it has one). A data-only case (zoo.case_json) has no
+through the entry's correspondence, if it has one). A planted model's labels come from its
+high-level causal model, rebuilt from its name (package `planted`). A data-only case (zoo.case_json) has no
 program, so its outputs can only be checked to be finite; the report says so.
 """
 
@@ -34,12 +35,14 @@ class BehaviourCheck:
     """Accuracy against the compiled program (mean of padded and unpadded inputs); None: no program."""
     recorded: float | None
     """validation.json's accuracy."""
+    against: str = "the compiled program"
+    """What gave the labels: the compiled program, or the planted high-level model."""
 
     def describe(self) -> str:
         if self.measured is None:
             return (f"outputs finite on {self.n_inputs} inputs; accuracy not checked: a data-only case has "
                     "no program to compare with")
-        return (f"accuracy {self.measured:.4f} on {self.n_inputs} inputs vs the compiled program "
+        return (f"accuracy {self.measured:.4f} on {self.n_inputs} inputs vs {self.against} "
                 f"(validation.json: {self.recorded:.4f})")
 
 
@@ -76,9 +79,12 @@ def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_
     if canon(compiled.encoding.to_json()) != canon(entry.encoding.to_json()):
         raise ArtifactError(f"entry {label}: its encoding differs from the compiled case {entry.case.id}'s")
     _check_circuit(entry, compiled)
-    high = Transformer.from_state_dict(compiled.config, compiled.state_dict)
-    with torch.no_grad():
-        labels = targets_from_logits(high(tokens, mask)[0], entry.case.task_kind)
+    if entry.case.family == "planted":
+        labels = compiled.high_level().run(tokens, mask)[0]
+    else:
+        high = Transformer.from_state_dict(compiled.config, compiled.state_dict)
+        with torch.no_grad():
+            labels = targets_from_logits(high(tokens, mask)[0], entry.case.task_kind)
     tol = _regression_tolerance(entry.training)
     accs = [float(agree(predictions(out, entry.case.task_kind), labels, entry.case.task_kind, tol)[labelled]
                   .float().mean()) for out in shapes]
@@ -89,14 +95,20 @@ def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_
             raise ArtifactError(
                 f"entry {label}: its model's accuracy on {N_INPUTS} inputs of case {entry.case.id} is "
                 f"{measured:.4f}, validation.json records {recorded:.4f} (tolerance {allowed:.3f}); refused")
-    return BehaviourCheck(N_INPUTS, measured, recorded if isinstance(recorded, float) else None)
+    against = "the planted high-level model" if entry.case.family == "planted" else "the compiled program"
+    return BehaviourCheck(N_INPUTS, measured, recorded if isinstance(recorded, float) else None, against)
 
 
 def _compiled(entry: CheckedEntry, compile_cache: Path | None) -> Any:
-    from rasp_programs.compile import CompileError, compile_case
+    """The compiled case, or the planted model's task (rebuilt from its name)."""
+    from rasp_programs.compile import CompileError
+    from zoo.errors import ZooError
+    from zoo.high_level_source import high_level_task
 
     try:
-        return compile_case(entry.case, compile_cache)
+        return high_level_task(entry.case, compile_cache)
+    except ZooError as exc:
+        raise ArtifactError(f"entry {entry.name}: {exc}") from None
     except CompileError as exc:
         raise ArtifactError(f"entry {entry.name}: cannot compile its case to check it ({exc})") from None
 
@@ -113,9 +125,10 @@ def _check_circuit(entry: CheckedEntry, compiled: Any) -> None:
             raise ArtifactError(f"entry {entry.name}: circuit.json's correspondence does not cover the nodes "
                                 f"of case {entry.case.id}'s compiled graph")
         try:
+            layout = compiled.high_layout if entry.case.family == "planted" else compiled.config
             expected = Correspondence(
                 mapping={n: tuple(corr[n]) for n in graph.nodes},
-                high=NodeLayout(compiled.config["n_layers"], compiled.config["n_heads"]),
+                high=NodeLayout(layout["n_layers"], layout["n_heads"]),
                 low=NodeLayout(entry.config["n_layers"], entry.config["n_heads"]),
             ).map_circuit(graph)
         except (ValueError, KeyError) as exc:

@@ -206,10 +206,11 @@ def render_model_card(
     figures = validation_figures(validation)
     nodes, edges = circuit.get("nodes", []), circuit.get("edges", [])
     task_kind = case.get("task_kind", "classification")
+    planted = case.get("family") == "planted"
     front: dict[str, Any] = {
         "license": LICENSE,
         "library_name": "transformer-lens",
-        "tags": TAGS,
+        "tags": [t for t in TAGS if t not in ("tracr", "rasp")] + ["planted-circuit"] if planted else TAGS,
         "zoo": {
             "entry": name,
             "case_id": str(case.get("id", "")),
@@ -245,6 +246,8 @@ def render_model_card(
         "name": name,
         "title": case.get("name") or name,
         "description": case.get("description", ""),
+        "construction": ("a high-level causal model written by hand (package `planted`)" if planted
+                         else "a RASP program compiled with Tracr"),
         "origin": "then trained with SIIT" if training else "weights as compiled",
         "case_id": case.get("id", ""),
         "case_name": case.get("name", ""),

@@ -7,6 +7,8 @@ run whatever module a publisher names: `sys:exit`, `os:abort`, ...). Instead:
   (rasp_programs.catalogue.BUILTIN_FACTORIES: the project's own modules only), a generated name
   (`gen-0-3`) is rebuilt by rasp_programs.generate from the parsed name, and the file's task
   fields (vocabulary, lengths, causal flag, task kind, BOS / PAD) must equal the built-in case's;
+- a planted model (`"family": "planted"`) is rebuilt from its name by the package `planted` (a fixed
+  registry of the project's own models), and the task fields must equal the planted model's;
 - any other id becomes a *data-only* case built from the file alone: vocabulary, lengths, task
   kind, the uniform sampler; it has no RASP program. Asking for its program (compiling it, its
   reference outputs, `zoo.evaluate(entry)`) raises one CaseError line that says so. Its model,
@@ -46,9 +48,9 @@ class NoProgram:
             f"name it yourself, e.g. `zoo eval case {self.case_id}`")
 
 
-def entry_name_for(case_id: str) -> str:
+def entry_name_for(case_id: str, family: str = "case") -> str:
     """The entry folder name a case id implies (rasp_programs.Case.entry_name's rule)."""
-    return "case-" + case_id.replace(":", "-")
+    return f"{family}-" + case_id.replace(":", "-")
 
 
 def is_data_only(case: Case) -> bool:
@@ -65,6 +67,11 @@ def case_from_json(data: Mapping[str, Any], *, entry: str) -> Case:
     _check_fields(data, what)
     from rasp_programs.catalogue import BUILTIN_FACTORIES
 
+    family = data.get("family", "case")
+    if family not in ("case", "planted"):
+        raise ArtifactError(f"{what}: family must be case or planted")
+    if family == "planted":
+        return _planted_case(data, case_id, what)
     if case_id in BUILTIN_FACTORIES or case_id.startswith("gen-"):
         from rasp_programs.case import get_case
         from rasp_programs.generate import generated_case
@@ -91,6 +98,22 @@ def case_from_json(data: Mapping[str, Any], *, entry: str) -> Case:
         )
     except CaseError as exc:
         raise ArtifactError(f"{what}: {exc}") from None
+
+
+def _planted_case(data: Mapping[str, Any], case_id: str, what: str) -> Case:
+    """The planted model's task, rebuilt from its name; its task fields must equal the file's."""
+    from planted import get_planted
+
+    try:
+        case = get_planted(case_id).case
+    except CaseError as exc:
+        raise ArtifactError(f"{what}: {exc}") from None
+    ours = case.metadata()
+    for key in TASK_FIELDS:
+        if canon(ours[key]) != canon(data[key]):
+            raise ArtifactError(f"{what}: {key} differs from planted model {case_id}'s "
+                                f"({_short(data[key])} vs {_short(ours[key])}); refused")
+    return case
 
 
 def _check_fields(data: Mapping[str, Any], what: str) -> None:

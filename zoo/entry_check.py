@@ -51,9 +51,9 @@ def check_entry(files: EntryFiles) -> CheckedEntry:
     state_dict = _weights(files, config)
     case_json = files.json("case.json")
     case = case_from_json(case_json, entry=label)
-    if ENTRY_NAME.fullmatch(label) and entry_name_for(case.id) != label:
-        raise ArtifactError(f"entry {label} holds the entry of case {case.id!r} (its folder would be "
-                            f"{entry_name_for(case.id)}); refused")
+    if ENTRY_NAME.fullmatch(label) and entry_name_for(case.id, case.family) != label:
+        raise ArtifactError(f"entry {label} holds the entry of {case.family} {case.id!r} (its folder would be "
+                            f"{entry_name_for(case.id, case.family)}); refused")
     encoding = _encoding(label, case_json, case, config)
     circuit_json = files.json("circuit.json")
     circuit = _circuit(label, circuit_json, config)

@@ -9,6 +9,7 @@ from typing import Any, Literal
 
 from eval.evaluation import Target, evaluate as evaluate_target
 from eval.report import EvalReport
+from zoo.high_level_source import reference_model
 
 ModelChoice = Literal["auto", "trained", "compiled"]
 
@@ -32,23 +33,33 @@ def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | 
         raise ValueError(f"model must be trained, compiled or auto, not {model!r}")
     base = zoo_root(root)
     compile_ = lambda case: compile_case(case, compiled_dir(base))  # noqa: E731
+    reference = lambda case: reference_model(case, compiled_dir(base))  # noqa: E731
     if isinstance(target, CompiledCase):
         if model == "trained":
             raise ValueError("a CompiledCase has no trained model; pass an Entry or a case id")
         return _compiled_target(target)
     if isinstance(target, Entry):
         if model == "compiled":
-            return _compiled_target(compile_(target.case))
-        return _trained_target(target, compile_(target.case))
+            return _compiled_target(compile_(_compilable(target.case)))
+        return _trained_target(target, reference(target.case))
     case = target if isinstance(target, Case) else get_case(str(target))
     entry_dir = entries_dir(base) / case.entry_name
     if model == "trained" or (model == "auto" and entry_dir.is_dir()):
         if not entry_dir.is_dir():
-            raise ValueError(f"no trained entry {case.entry_name} under {entries_dir(base)}; "
-                             "train it first or use --model compiled")
+            more = (f"train it with `zoo train planted {case.id}`" if case.family == "planted"
+                    else "train it first or use --model compiled")
+            raise ValueError(f"no trained entry {case.entry_name} under {entries_dir(base)}; {more}")
         # the user named the program: it, not the entry's data-only copy, labels the task
-        return _trained_target(load_entry_dir(entry_dir), compile_(case), case=case)
-    return _compiled_target(compile_(case))
+        return _trained_target(load_entry_dir(entry_dir), reference(case), case=case)
+    return _compiled_target(compile_(_compilable(case)))
+
+
+def _compilable(case: Any) -> Any:
+    """`case` if it has a program to compile; a planted model has none (ValueError)."""
+    if case.family == "planted":
+        raise ValueError(f"planted model {case.id} has no compiled model; evaluate its trained entry "
+                         f"(`zoo train planted {case.id}` first)")
+    return case
 
 
 def _compiled_target(compiled: Any) -> Target:
@@ -57,6 +68,7 @@ def _compiled_target(compiled: Any) -> Target:
                   reference=compiled.model)
 
 
-def _trained_target(entry: Any, compiled: Any, case: Any = None) -> Target:
+def _trained_target(entry: Any, reference: Any, case: Any = None) -> Target:
     return Target(name=entry.name, which="trained", model=entry.model, truth=entry.circuit.promoted(),
-                  case=entry.case if case is None else case, encoding=entry.encoding, reference=compiled.model, path=str(entry.path))
+                  case=entry.case if case is None else case, encoding=entry.encoding, reference=reference,
+                  path=str(entry.path))

@@ -1,4 +1,4 @@
-"""`zoo list`, `zoo show`, `zoo compile`: the case catalogue and Tracr compilation."""
+"""`zoo list`, `zoo show`, `zoo compile`: the case catalogue, the planted models and Tracr compilation."""
 
 from __future__ import annotations
 
@@ -11,15 +11,19 @@ from typing import Any
 def register(sub: argparse._SubParsersAction) -> None:
     from zoo.commands.common import add_common
 
-    p = sub.add_parser("list", help="list the built-in cases with their compiled sizes",
+    p = sub.add_parser("list", help="list the built-in cases (or planted models) with their sizes",
                        description="A table of the built-in cases: id, kind, layers, heads, nodes, "
-                       "edges of the compiled model, and whether a trained entry exists locally.")
+                       "edges of the compiled model, and whether a trained entry exists locally. "
+                       "`zoo list planted`: the planted models with their low-level sizes and circuits.")
     add_common(p, kind_id=False)
+    p.add_argument("kind", nargs="?", choices=("case", "planted"), default="case",
+                   help="what to list (default case)")
     p.set_defaults(func=run_list)
 
-    p = sub.add_parser("show", help="show a case: program, vocab, compiled dimensions, circuit",
+    p = sub.add_parser("show", help="show a case or planted model: program, vocab, dimensions, circuit",
                        description="Compile the case (cached) and show its RASP program, vocabulary, "
-                       "the compiled model's dimensions and its high-level graph (the ground truth).")
+                       "the compiled model's dimensions and its high-level graph (the ground truth); "
+                       "for a planted model, its nodes, low-level architecture and graph.")
     add_common(p)
     p.set_defaults(func=run_show)
 
@@ -51,6 +55,10 @@ def _catalogue_file() -> dict[str, Any]:
 def run_list(args: argparse.Namespace) -> int:
     from zoo.paths import entries_dir, zoo_root
 
+    if args.kind == "planted":
+        from zoo.commands.planted_info import run_list_planted
+
+        return run_list_planted(args)
     rows = load_catalogue()
     entries = entries_dir(zoo_root(args.root))
     for row in rows:
@@ -80,6 +88,9 @@ def _compile(args: argparse.Namespace, *, force: bool = False):
     from zoo.paths import compiled_dir, zoo_root
 
     case = resolve_case(args.kind, args.id)
+    if case.family == "planted":
+        raise ZooError(f"planted model {case.id} is written by hand, not compiled; "
+                       f"`zoo show planted {case.id}` shows it, `zoo train planted {case.id}` trains it")
     from rasp_programs.compile import CompileError, compile_case
 
     cache = compiled_dir(zoo_root(args.root))
@@ -117,6 +128,10 @@ def run_compile(args: argparse.Namespace) -> int:
 def run_show(args: argparse.Namespace) -> int:
     from rasp_programs.compile import describe_program
 
+    if args.kind == "planted":
+        from zoo.commands.planted_info import run_show_planted
+
+        return run_show_planted(args)
     compiled = _compile(args)
     case = compiled.case
     info = {

@@ -19,7 +19,8 @@ def add_common(parser: argparse.ArgumentParser, *, kind_id: bool = True) -> None
     """Options every `<verb> <kind> <id>` command takes."""
     if kind_id:
         parser.add_argument("kind", choices=("case", "planted"), help="what kind of entry")
-        parser.add_argument("id", help="case number (e.g. 33) or package.module:function")
+        parser.add_argument("id", help="case number (e.g. 33), package.module:function, or a planted "
+                            "model's name (e.g. causal-bench-4x4)")
     parser.add_argument("--root", metavar="DIR", help="zoo root (default $ZOO_HOME or ~/.cache/zoo)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     parser.add_argument("--debug", dest="sub_debug", action="store_true", help="show full tracebacks")
@@ -28,7 +29,9 @@ def add_common(parser: argparse.ArgumentParser, *, kind_id: bool = True) -> None
 def resolve_case(kind: str, case_id: str):
     """The Case named on the command line, or a one-line ZooError."""
     if kind == "planted":
-        raise ZooError("no planted models are available yet; available kind: case")
+        from zoo.high_level_source import planted_task
+
+        return planted_task(case_id).case
     from rasp_programs.case import CaseError, get_case
 
     try:

@@ -53,6 +53,9 @@ def run_realism(args: argparse.Namespace) -> int:
     if args.no_train and args.retrain:
         raise ZooError("--no-train and --retrain contradict each other; pass one")
     case = resolve_case(args.kind, args.id)
+    if case.family == "planted":  # why: the report compares with the Tracr model, which a planted model lacks
+        raise ZooError(f"zoo realism compares an entry with its Tracr-compiled model; planted model {case.id} has "
+                       "none (its entry's validation.json holds the same realism heuristics)")
     if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
         raise ZooError(f"--plots {args.plots} exists and is not a directory")
 

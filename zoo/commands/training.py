@@ -31,7 +31,8 @@ def register(sub: argparse._SubParsersAction) -> None:
         "Exit 1 if the criterion is not met (the entry is still written, met_criterion=false).")
     add_common(p, kind_id=False)
     p.add_argument("kind", nargs="?", choices=("case", "planted"), help="what kind of entry")
-    p.add_argument("id", nargs="?", help="case number (e.g. 33), gen-SEED-INDEX or package.module:function")
+    p.add_argument("id", nargs="?", help="case number (e.g. 33), gen-SEED-INDEX, package.module:function, "
+                   "or a planted model (e.g. causal-bench-4x4; `zoo list planted`)")
     p.add_argument("--scheme", choices=("alg1", "apph"), default="apph",
                    help="alg1: the paper's Algorithm 1 (three updates per batch, one non-aligned node "
                    "per strictness sample); apph: Appendix H (one summed loss, each non-aligned node "
@@ -49,7 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=None, help=f"initial Adam learning rate (default {d['lr']:g}; the paper 1e-3)")
     p.add_argument("--batch-size", type=int, default=None, help=f"pairs per step (default {d['batch_size']}; the paper 512)")
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
-    p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N)")
+    p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N or planted-NAME)")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint of an interrupted run with the same options")
     p.add_argument("--threads", type=int, default=None,
@@ -134,12 +135,14 @@ def _check_writable(dest: Path) -> None:
 
 
 def _compiled(args: argparse.Namespace, case):
-    from rasp_programs.compile import CompileError, compile_case
+    """The high-level task of `case`: its (cached) compilation, or the planted model."""
+    from rasp_programs.compile import CompileError
     from zoo.errors import ZooError
+    from zoo.high_level_source import high_level_task
     from zoo.paths import compiled_dir, zoo_root
 
     try:
-        return compile_case(case, compiled_dir(zoo_root(args.root)))
+        return high_level_task(case, compiled_dir(zoo_root(args.root)))
     except CompileError as exc:
         raise ZooError(str(exc)) from None
     except PermissionError as exc:
@@ -177,7 +180,7 @@ def run_train(args: argparse.Namespace) -> int:
     compiled = _compiled(args, case)
     checkpoint_dir = dest.parent / f".{dest.name}.checkpoint"
     if not args.json:
-        print(f"training case {case.id} ({case.name}), scheme {config.scheme} -> {dest}", file=sys.stderr)
+        print(f"training {case.family} {case.id} ({case.name}), scheme {config.scheme} -> {dest}", file=sys.stderr)
     bar = step_bar(config.max_steps)
     try:
         result = train(compiled, config, checkpoint_dir=checkpoint_dir, resume=args.resume,
@@ -199,7 +202,7 @@ def run_train(args: argparse.Namespace) -> int:
         _print_summary(summary)
     if not result.met_criterion:
         raise CriterionNotMet(
-            f"case {case.id}: criterion {config.criterion} not met after {result.steps} steps "
+            f"{case.family} {case.id}: criterion {config.criterion} not met after {result.steps} steps "
             f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
             f"SIIA min {summary['siia_min']:.4f}); entry written to {dest} with met_criterion=false")
     return 0
@@ -313,7 +316,7 @@ def _met_criterion(entry_dir: Path) -> bool:
 def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, Any]:
     m = result.metrics
     return {
-        "id": case.id, "entry": str(dest), "met_criterion": result.met_criterion,
+        "id": case.id, "family": case.family, "entry": str(dest), "met_criterion": result.met_criterion,
         "steps": result.steps, "epochs": round(result.steps / result.config.steps_per_epoch, 3),
         "wall_time_s": round(result.seconds, 3),
         "accuracy": m["accuracy"], "iia": m["iia"], "iia_min": m["iia_min"],
@@ -329,7 +332,7 @@ def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, 
 
 def _print_summary(s: dict[str, Any]) -> None:
     status = "met" if s["met_criterion"] else "NOT met"
-    print(f"case {s['id']}: criterion {status} after {s['steps']} steps ({s['epochs']} epochs, "
+    print(f"{s['family']} {s['id']}: criterion {status} after {s['steps']} steps ({s['epochs']} epochs, "
           f"{s['wall_time_s']:.1f} s) -> {s['entry']}")
     print(f"  accuracy {s['accuracy']:.4f}  IIA {s['iia']:.4f} (min {s['iia_min']:.4f})  "
           f"SIIA {s['siia']:.4f} (min {s['siia_min']:.4f}, all at once {s['siia_all']:.4f})")
@@ -371,7 +374,8 @@ def run_validate(args: argparse.Namespace) -> int:
     compiled = _compiled(args, case)
     config, arch = config_from_training_json(entry.training)
     setup = prepare(compiled, config, arch)
-    corr = correspondence_from_circuit_json(entry.circuit_json, compiled.config, entry.config)
+    high_layout = {"n_layers": setup.corr.high.n_layers, "n_heads": setup.corr.high.n_heads}
+    corr = correspondence_from_circuit_json(entry.circuit_json, high_layout, entry.config)
     if corr.mapping != setup.corr.mapping:
         raise ZooError(f"entry {dest}: its correspondence differs from the one its training config implies")
     model = Transformer.from_state_dict(entry.config, entry.state_dict)

@@ -1,0 +1,185 @@
+"""Hand-written high-level causal models -> siit's HighLevelModel / HighLevelTask.
+
+A `CausalModel` is a list of named nodes, each a function of the input tokens and its parents'
+values, in topological order; the last node is the output (its values are the labels). Node names
+are component names of a layered model (`a0.h1`, `m1`): each node states where it lives, and
+siit.correspondence maps it to the low-level model as for compiled cases (a head to a seeded
+random head of the same layer, an MLP to the MLP). Values are class ids, one per position, so all
+node values of a batch are one long tensor [n_nodes, N, T] (batch on dim 1, as siit expects).
+
+A `PlantedTask` adds what training needs: the task (a rasp_programs.Case with no RASP program:
+vocabulary, lengths, seeded sampler), the token encoding, the high-level graph and the low-level
+architecture, which is given (L layers x H heads), not derived from the high-level model.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import torch
+
+from eval.circuit import INPUT, LOGITS, Circuit, TaskKind, node_sort_key, parse_node
+from eval.tlens import hooked_config
+from rasp_programs.case import Case
+from rasp_programs.encoding import Encoding
+from siit.config import ArchConfig, ConfigError
+from siit.correspondence import Correspondence, make_correspondence
+
+NodeFn = Callable[..., torch.Tensor]
+"""fn(digits [N, T] long, real [N, T] bool, *parent values [N, T] long) -> values [N, T] long.
+`digits` are token ids minus the id of the first input value (input value k is digit k); BOS and
+PAD positions hold other numbers, which no labelled position may depend on."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Node:
+    """One high-level node."""
+
+    name: str
+    """Where it lives: `a{l}.h{h}` or `m{l}` (eval.circuit names)."""
+    parents: tuple[str, ...]
+    """Nodes whose values `fn` reads, in argument order (every node also reads the input)."""
+    fn: NodeFn
+    """Its values from the input and its parents' values (see NodeFn)."""
+    label: str
+    """What it computes, for people reading the circuit."""
+    reads_input: bool = False
+    """Whether the graph has an edge input -> this node (fn may read the tokens)."""
+
+    def __post_init__(self) -> None:
+        if parse_node(self.name).kind not in ("head", "mlp"):
+            raise ValueError(f"node {self.name!r}: a planted node is a head or an MLP")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class CausalModel:
+    """Named nodes in topological order; the last one is the output. A siit HighLevelModel."""
+
+    node_list: tuple[Node, ...]
+    """The nodes in forward order (eval.circuit.node_sort_key: layer by layer, heads before the
+    MLP), so that each parent, a component the child can read, comes before it."""
+    first_value_id: int
+    """Token id of input value 0 (ids of values are consecutive from there)."""
+    n_values: int
+    """Output classes (the output node's values lie in [0, n_values))."""
+
+    def __post_init__(self) -> None:
+        if not self.node_list:
+            raise ValueError("a causal model needs at least one node")
+        names = [n.name for n in self.node_list]
+        if names != sorted(names, key=node_sort_key):
+            raise ValueError(f"nodes must be listed in forward order, got {names}")
+        seen: set[str] = set()
+        for node in self.node_list:
+            missing = [p for p in node.parents if p not in seen]
+            if missing:
+                raise ValueError(f"node {node.name}: parents {missing} are not earlier nodes")
+            if node.name in seen:
+                raise ValueError(f"duplicate node {node.name}")
+            layer = parse_node(node.name)
+            if layer.kind == "head" and any(parse_node(p).layer >= layer.layer for p in node.parents):
+                raise ValueError(f"node {node.name}: a head reads only components of earlier layers")
+            seen.add(node.name)
+
+    @property
+    def nodes(self) -> tuple[str, ...]:
+        return tuple(n.name for n in self.node_list)
+
+    @property
+    def task_kind(self) -> TaskKind:
+        return "classification"
+
+    def graph(self) -> Circuit:
+        """The high-level graph: input -> nodes that read it, parent -> child, output -> logits."""
+        edges = [(INPUT, n.name) for n in self.node_list if n.reads_input]
+        edges += [(p, n.name) for n in self.node_list for p in n.parents]
+        edges.append((self.node_list[-1].name, LOGITS))
+        return Circuit.build(self.nodes, edges, {n.name: n.label for n in self.node_list})
+
+    def _forward(self, tokens: torch.Tensor, mask: torch.Tensor, source: torch.Tensor | None,
+                 select: torch.Tensor | None) -> torch.Tensor:
+        digits = tokens - self.first_value_id  # [N, T]; BOS / PAD map outside the values
+        real = mask.bool()
+        values: dict[str, torch.Tensor] = {}
+        for i, node in enumerate(self.node_list):
+            out = node.fn(digits, real, *(values[p] for p in node.parents))  # [N, T]
+            if select is not None and source is not None:
+                take = select[..., i]  # [] or [N]
+                out = torch.where(take.reshape(-1, 1) if take.dim() else take, source[i], out)
+            values[node.name] = out
+        return torch.stack([values[n] for n in self.nodes])  # [n_nodes, N, T]
+
+    def run(self, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        values = self._forward(tokens, mask, None, None)
+        return values[-1].clone(), values
+
+    def interchange(self, tokens: torch.Tensor, mask: torch.Tensor, source_values: torch.Tensor,
+                    select: torch.Tensor) -> torch.Tensor:
+        return self._forward(tokens, mask, source_values, select)[-1]
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class PlantedTask:
+    """A hand-written causal model with its task and low-level architecture: a siit HighLevelTask."""
+
+    case: Case
+    """The task: id (the planted name), vocabulary, lengths, sampler; it has no RASP program."""
+    encoding: Encoding
+    """Token ids <-> values (BOS, the values, PAD)."""
+    model: CausalModel
+    """The high-level causal model."""
+    n_layers: int
+    """Layers of the low-level model."""
+    n_heads: int
+    """Heads per layer of the low-level model."""
+    d_head: int = 4
+    """Width of a low-level head (d_model = n_heads * d_head, d_mlp = 4 * d_model)."""
+    reference: Callable[[tuple[Any, ...]], list[Any]]
+    """The label function: output values of one input sequence, written independently of `model`."""
+
+    def __post_init__(self) -> None:
+        for node in self.model.nodes:
+            parsed = parse_node(node)
+            if parsed.layer >= self.n_layers or (parsed.kind == "head" and parsed.head >= self.n_heads):
+                raise ValueError(f"{self.case.id}: node {node} does not fit {self.n_layers}L/{self.n_heads}H")
+
+    @property
+    def graph(self) -> Circuit:
+        return self.model.graph()
+
+    @property
+    def high_layout(self) -> dict[str, int]:
+        """Layers and heads per layer the node names span (siit.correspondence's hl config keys)."""
+        parsed = [parse_node(n) for n in self.model.nodes]
+        return {"n_layers": 1 + max(p.layer for p in parsed),
+                "n_heads": 1 + max((p.head for p in parsed if p.kind == "head"), default=0)}
+
+    def high_level(self) -> CausalModel:
+        return self.model
+
+    def low_level_config(self, arch: ArchConfig) -> dict[str, Any]:
+        n_layers, n_heads = arch.n_layers or self.n_layers, arch.n_heads or self.n_heads
+        if n_layers < self.high_layout["n_layers"] or n_heads < self.high_layout["n_heads"]:
+            raise ConfigError(f"{self.case.id}: the circuit needs {self.high_layout['n_layers']} layers and "
+                              f"{self.high_layout['n_heads']} heads per layer")
+        d_head = arch.d_head or self.d_head
+        d_model = n_heads * d_head
+        return hooked_config(
+            n_layers=n_layers, d_model=d_model, n_heads=n_heads, d_head=d_head, d_mlp=arch.d_mlp or 4 * d_model,
+            d_vocab=len(self.encoding.input_vocab), d_vocab_out=self.model.n_values,
+            n_ctx=self.encoding.n_ctx, causal=self.case.causal, act_fn=arch.act_fn)
+
+    def correspondence(self, low_config: Mapping[str, Any], seed: int) -> Correspondence:
+        return make_correspondence(self.graph, self.high_layout, low_config, seed)
+
+    def labels(self, seqs: list[tuple[Any, ...]]) -> torch.Tensor:
+        """long [N, n_ctx]: the reference's outputs as class ids (0 at BOS and PAD)."""
+        out = torch.zeros(len(seqs), self.encoding.n_ctx, dtype=torch.long)
+        vocab = self.encoding.output_vocab
+        assert vocab is not None
+        for row, seq in enumerate(seqs):
+            for pos, value in enumerate(self.reference(seq)):
+                out[row, pos + 1] = vocab.index(value)
+        return out

@@ -1,0 +1,141 @@
+"""Planted models: the high-level causal model equals its label function, every node matters,
+the CLI lists / shows them (training a test-size model: tests/test_planted_entry.py)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planted import get_planted, planted_names
+from planted.causal_bench import MAX_LEN, MIN_LEN, N_VALUES
+from siit.data import inert_high_nodes, make_dataset, pair_sources, step_generator
+from siit.high_level import HighLevelModel, HighLevelTask, selection_rows
+from zoo.cli import main
+
+NAMES = planted_names()
+BENCH = [n for n in NAMES if n.startswith("causal-bench-")]
+SEQS = st.lists(st.integers(0, N_VALUES - 1), min_size=MIN_LEN, max_size=MAX_LEN).map(tuple)
+
+
+@st.composite
+def ioi_sentences(draw) -> tuple[str, ...]:
+    """Any template, ABBA or BABA, any two distinct names: independent of planted.ioi.sample."""
+    from planted.ioi import NAMES as PEOPLE, TEMPLATES
+
+    io, s = draw(st.lists(st.sampled_from(PEOPLE), min_size=2, max_size=2, unique=True))
+    a, b = (io, s) if draw(st.booleans()) else (s, io)
+    return tuple(w.format(A=a, B=b, S=s) for w in draw(st.sampled_from(TEMPLATES)))
+
+
+def inputs(name: str):
+    return ioi_sentences() if name == "ioi" else SEQS
+
+
+def _encode(task, seqs):
+    tokens, mask = task.encoding.encode(seqs)
+    labelled = mask.bool().clone()
+    labelled[:, 0] = False
+    return tokens, mask, labelled
+
+
+@settings(max_examples=80, deadline=None)
+@given(data=st.data(), name=st.sampled_from(NAMES))
+def test_high_level_outputs_equal_the_label_function(data, name) -> None:
+    task = get_planted(name)
+    seqs = data.draw(st.lists(inputs(name), min_size=1, max_size=8))
+    tokens, mask, labelled = _encode(task, seqs)
+    labels, values = task.high_level().run(tokens, mask)
+    assert values.shape == (len(task.high_level().nodes), len(seqs), task.encoding.n_ctx)
+    assert torch.equal(labels[labelled], task.labels(seqs)[labelled])
+
+
+@settings(max_examples=40, deadline=None)
+@given(data=st.data(), name=st.sampled_from(NAMES))
+def test_interchange_takes_the_selected_nodes_from_the_source(data, name) -> None:
+    task = get_planted(name)
+    base, source = data.draw(inputs(name)), data.draw(inputs(name))
+    model = task.high_level()
+    tokens, mask, labelled = _encode(task, [base])
+    src_tokens, src_mask, _ = _encode(task, [source])
+    clean, _ = model.run(tokens, mask)
+    src_labels, src_values = model.run(src_tokens, src_mask)
+    n = len(model.nodes)
+    nothing = model.interchange(tokens, mask, src_values, torch.zeros(n, dtype=torch.bool))
+    assert torch.equal(nothing, clean)
+    output_node = selection_rows(n)[-1]  # the output node from the source: the source's output
+    assert torch.equal(model.interchange(tokens, mask, src_values, output_node)[labelled], src_labels[labelled])
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_every_planted_node_changes_the_output_under_some_interchange(name) -> None:
+    task = get_planted(name)
+    assert isinstance(task, HighLevelTask) and isinstance(task.high_level(), HighLevelModel)
+    model = task.high_level()
+    data = make_dataset(task, model, 512, seed=1)
+    sources = pair_sources(data.lengths, torch.arange(len(data)), "source_not_shorter", step_generator(0, -2))
+    n = len(model.nodes)
+    assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == []
+    assert n == (3 if name == "ioi" else 5) and task.graph.nodes == model.nodes
+
+
+def test_ioi_generator_yields_its_templates_with_distinct_subject_and_object() -> None:
+    import numpy as np
+
+    from planted.ioi import NAMES as PEOPLE, TEMPLATES, reference
+
+    task = get_planted("ioi")
+    seqs = task.case.sample(600, seed=4)
+    kinds = set()
+    for seq in seqs:
+        names = [w for w in seq if w in PEOPLE]
+        assert len(names) == 3 and len(set(names)) == 2  # IO once, S twice
+        io, s = names[0] if names[0] != names[2] else names[1], names[2]
+        assert io != s and reference(seq)[-1] == io and seq[-1] == "to"
+        template = next(t for t in TEMPLATES if len(t) == len(seq) and all(
+            w == x or w.startswith("{") for w, x in zip(t, seq)))
+        kinds.add((TEMPLATES.index(template), "ABBA" if names[0] == io else "BABA"))
+    assert kinds == {(t, k) for t in range(len(TEMPLATES)) for k in ("ABBA", "BABA")}
+    assert task.case.sample(5, seed=1) == task.case.sample(5, seed=1) != task.case.sample(5, seed=2)
+    assert np.unique([s[-1] for s in seqs]).tolist() == ["to"]
+
+
+def test_scales_place_the_circuit_as_the_paper_says() -> None:
+    four = get_planted("causal-bench-4x4")
+    assert four.graph.nodes == ("a0.h0", "a0.h1", "m1", "a2.h0", "m3")
+    assert get_planted("causal-bench-2x2").graph.nodes == ("a0.h0", "a0.h1", "m0", "a1.h0", "m1")
+    from siit.config import ArchConfig
+
+    for name, size in (("causal-bench-6x6", 6), ("causal-bench-12x12", 12)):
+        cfg = get_planted(name).low_level_config(ArchConfig())
+        assert (cfg["n_layers"], cfg["n_heads"]) == (size, size)
+
+
+def test_show_unknown_planted_model_is_one_line_exit_2(capsys) -> None:
+    code = main(["show", "planted", "nope"])
+    err = capsys.readouterr().err.strip()
+    assert code == 2 and len(err.splitlines()) == 1
+    assert "unknown planted model 'nope'" in err and "causal-bench-4x4" in err
+
+
+def test_list_and_show_planted(capsys) -> None:
+    assert main(["list", "planted"]) == 0
+    out = capsys.readouterr().out
+    assert all(name in out for name in NAMES)
+    assert main(["show", "planted", "causal-bench-4x4"]) == 0
+    out = capsys.readouterr().out
+    assert "route" in out and "d_model 16" in out and "m3->logits" in out
+
+
+def test_causal_model_refuses_a_graph_no_transformer_can_hold() -> None:
+    from planted.causal_model import CausalModel, Node
+
+    copy = lambda d, r, *p: d  # noqa: E731
+    with pytest.raises(ValueError, match="forward order"):
+        CausalModel(node_list=(Node(name="m1", parents=(), fn=copy, label=""),
+                               Node(name="a0.h0", parents=(), fn=copy, label="")), first_value_id=1, n_values=5)
+    with pytest.raises(ValueError, match="earlier layers"):
+        CausalModel(node_list=(Node(name="a0.h0", parents=(), fn=copy, label=""),
+                               Node(name="a0.h1", parents=("a0.h0",), fn=copy, label="")), first_value_id=1,
+                    n_values=5)

@@ -220,23 +220,30 @@ def read_entry(entry_dir: Path, *, name: str | None = None) -> EntryFiles:
     label = name or entry_dir.name
     for _ in range(_READ_ATTEMPTS):
         try:
-            before = os.stat(entry_dir).st_ino
+            # held open while reading: the directory's inode cannot be freed and reused by the next
+            # install's directory, so "same inode before and after" really means "not replaced"
+            # (without it a swap, delete, swap sequence handed a reader a mixture: seen on ext4)
+            handle = os.open(entry_dir, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
         except FileNotFoundError:
             raise ArtifactError(f"no entry at {entry_dir}") from None
         except NotADirectoryError:
             raise ArtifactError(f"no entry at {entry_dir} (not a directory)") from None
         try:
-            files = _read_once(entry_dir, label)
-        except (ArtifactError, OSError) as exc:
-            if _replaced(entry_dir, before):
-                time.sleep(0.005)
-                continue
-            if isinstance(exc, OSError):
-                raise ArtifactError(f"entry {label}: cannot read {Path(exc.filename or '?').name} "
-                                    f"({exc.strerror or exc})") from None
-            raise
-        if not _replaced(entry_dir, before):
-            return files
+            before = os.fstat(handle).st_ino
+            try:
+                files = _read_once(entry_dir, label)
+            except (ArtifactError, OSError) as exc:
+                if _replaced(entry_dir, before):
+                    time.sleep(0.005)
+                    continue
+                if isinstance(exc, OSError):
+                    raise ArtifactError(f"entry {label}: cannot read {Path(exc.filename or '?').name} "
+                                        f"({exc.strerror or exc})") from None
+                raise
+            if not _replaced(entry_dir, before):
+                return files
+        finally:
+            os.close(handle)
     raise ArtifactError(f"entry {label} kept changing while it was read; try again")
 
 

@@ -67,6 +67,21 @@ class Run:
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
+class Start:
+    """A pass's state where block `layer` begins: a later pass that changes nothing before that
+    block can start there instead of at the embedding (the patched-forward cost then scales with
+    the layers left, not all of them)."""
+
+    layer: int
+    """The block the pass starts at, 0 <= layer < n_layers."""
+    resid: torch.Tensor
+    """`blocks.{layer}.hook_resid_pre` [rows, pos, d_model]."""
+    outputs: Mapping[str, torch.Tensor]
+    """Every writer before block `layer` (`input` included) -> its output [rows, pos, d_model] as
+    its readers saw it. A pass of batch k·rows repeats these (and resid) k times, block-wise."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
 class Adapter:
     """A model plus what its hooks need: sizes, attention weights, the MLP-input hook's name."""
 
@@ -123,7 +138,7 @@ class Adapter:
             nodes: Mapping[str, Weight] | None = None,
             edges: Mapping[tuple[str, str], Weight] | None = None,
             read_outputs: Iterable[str] = (), read_inputs: Iterable[str] = (),
-            grad: bool = False) -> Run:
+            grad: bool = False, start: Start | None = None) -> Run:
         """One forward pass with interventions, reading activations on the way.
 
         reference: writer -> the value it is patched towards, [batch or 1, pos, d_model].
@@ -133,13 +148,35 @@ class Adapter:
           head `a{l}.h{h}` as reader means its q, k and v inputs.
         read_outputs / read_inputs: writers / readers whose values to return in the Run.
         grad: run with autograd; returned activations keep their .grad after a backward pass.
+        start: begin at block start.layer from this state (`starts`) instead of at the embedding;
+          the same logits as the full pass when nothing before that block is patched, which is
+          then refused (node patches of earlier writers, edges into earlier readers). Writers
+          before it keep start.outputs; tokens still give the batch and the bridge's fallback.
         """
+        batch = int(tokens.shape[0])
         plan = _Plan.make(self, reference or {}, nodes or {}, edges or {}, read_outputs, read_inputs,
-                          batch=int(tokens.shape[0]), grad=grad)
+                          batch=batch, grad=grad, start=start)
+        resume = None if start is None else (start.layer, _repeat_to(start.resid, batch))
         with torch.set_grad_enabled(grad):
-            logits = tlens.run_with_hooks(self.model, tokens, attention_mask, plan.hooks())
+            logits = tlens.run_with_hooks(self.model, tokens, attention_mask, plan.hooks(), start=resume)
         return Run(logits=logits, outputs={n: plan.out[n] for n in plan.read_out},
                    inputs={n: plan.inp[n] for n in plan.read_in})
+
+    def starts(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None, *,
+               reference: Mapping[str, torch.Tensor] | None = None,
+               nodes: Mapping[str, Weight] | None = None) -> tuple[Start, ...]:
+        """The state of one pass (no gradient; node patches allowed) at every block, index = layer:
+        where later passes that differ from it only from that block on can start."""
+        writers = [INPUT, *(head_node(l, h) for l in range(self.n_layers) for h in range(self.n_heads)),
+                   *(mlp_node(l) for l in range(self.n_layers))]
+        plan = _Plan.make(self, reference or {}, nodes or {}, {}, writers, (), batch=int(tokens.shape[0]),
+                          grad=False, start=None)
+        plan.keep_resid = True
+        with torch.no_grad():
+            tlens.run_with_hooks(self.model, tokens, attention_mask, plan.hooks())
+        return tuple(Start(layer=l, resid=plan.resid_pre[l],
+                           outputs={w: plan.out[w] for w in writers if _order(w)[0] < l})
+                     for l in range(self.n_layers))
 
     # ---- helpers ----
 
@@ -212,6 +249,10 @@ class _Plan:
     read_out: tuple[str, ...]
     read_in: tuple[str, ...]
     grad: bool
+    start: Start | None
+    """Where the pass begins (None: at the embedding); no hooks before start.layer."""
+    keep_resid: bool = False
+    """Record every block's resid_pre (Adapter.starts)."""
     out: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     inp: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     resid_pre: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
@@ -220,9 +261,17 @@ class _Plan:
     @classmethod
     def make(cls, a: Adapter, reference: Mapping[str, torch.Tensor], nodes: Mapping[str, Weight],
              edges: Mapping[tuple[str, str], Weight], read_outputs: Iterable[str], read_inputs: Iterable[str],
-             *, batch: int, grad: bool) -> _Plan:
+             *, batch: int, grad: bool, start: Start | None) -> _Plan:
         read_out = tuple(dict.fromkeys(read_outputs))
         read_in = tuple(dict.fromkeys(read_inputs))
+        first = 0 if start is None else start.layer
+        if not 0 <= first < a.n_layers:
+            raise ValueError(f"a pass starts at a block 0..{a.n_layers - 1}, not {first}")
+        early_in = [r for r in (*read_in, *(d for _, d in edges)) if _reader_layer(r, a.n_layers) < first]
+        early_patch = [w for w in nodes if _order(w)[0] < first]
+        if early_in or early_patch:
+            raise ValueError(f"a pass starting at block {first} cannot patch or read "
+                             f"{', '.join(sorted({*early_in, *early_patch}))}: they come before it")
         for name in read_out:
             a.output_point(name)  # validates: a writer of this model
         for name in read_in:
@@ -251,9 +300,17 @@ class _Plan:
             if mlp_node(layer) in by_reader:
                 mlp_groups[layer] = _group([mlp_node(layer)], by_reader, batch)
         logits_group = _group([LOGITS], by_reader, batch) if LOGITS in by_reader else None
-        return cls(a=a, reference=reference, patch={n: _row_weight(w, batch) for n, w in nodes.items()},
+        plan = cls(a=a, reference=reference, patch={n: _row_weight(w, batch) for n, w in nodes.items()},
                    attn_groups=attn_groups, mlp_groups=mlp_groups, logits_group=logits_group,
-                   read_out=read_out, read_in=read_in, grad=grad)
+                   read_out=read_out, read_in=read_in, grad=grad, start=start)
+        if start is not None:  # writers before the start keep the values the pass started from
+            needed = {*read_out, *(s for srcs in by_reader.values() for s in srcs)}
+            early = [w for w in needed if _order(w)[0] < first]
+            missing = [w for w in early if w not in start.outputs]
+            if missing:
+                raise ValueError(f"the start state has no output for {', '.join(sorted(missing))}")
+            plan.out.update({w: _repeat_to(start.outputs[w], batch) for w in early})
+        return plan
 
     def hooks(self) -> list[tuple[str, Any]]:
         """(hook name, function) pairs, only where this pass needs one."""
@@ -264,8 +321,9 @@ class _Plan:
                 needed.update(group.sources)
         read_qkv = {parse_node(r).layer for r in self.read_in if parse_node(r).kind == "head"}
         hooks: list[tuple[str, Any]] = []
-        for layer in range(a.n_layers):
-            if (layer == 0 and INPUT in needed) or layer in read_qkv:
+        first = 0 if self.start is None else self.start.layer
+        for layer in range(first, a.n_layers):  # blocks before the start do not run
+            if (layer == 0 and INPUT in needed and self.start is None) or layer in read_qkv or self.keep_resid:
                 hooks.append((f"blocks.{layer}.hook_resid_pre", self._resid_pre_hook(layer)))
             if layer in self.attn_groups or layer in read_qkv:
                 hooks += [(f"blocks.{layer}.attn.hook_{x}", self._qkv_hook(layer, i)) for i, x in enumerate(QKV)]
@@ -296,7 +354,7 @@ class _Plan:
 
     def _resid_pre_hook(self, layer: int):
         def hook(act: torch.Tensor, hook: Any) -> torch.Tensor:
-            if layer == 0:
+            if layer == 0 and self.start is None:  # with a start, `input` is start.outputs'
                 act = self._set_out(INPUT, act)
             self.resid_pre[layer] = act
             return act
@@ -374,6 +432,23 @@ def _group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]], ba
         for s, w in by_reader.get(r, {}).items():
             weights[:, i, col[s]] = w
     return _Group(sources=tuple(sources), weights=weights)
+
+
+def _repeat_to(x: torch.Tensor, batch: int) -> torch.Tensor:
+    """[rows, ...] -> [batch, ...], batch // rows copies one block after another (as row blocks
+    are stacked); unchanged when rows == batch."""
+    rows = int(x.shape[0])
+    if rows == batch:
+        return x
+    if batch % rows:
+        raise ValueError(f"a start state of {rows} rows cannot fill a batch of {batch}")
+    return x.repeat(batch // rows, *([1] * (x.dim() - 1)))
+
+
+def _reader_layer(reader: str, n_layers: int) -> int:
+    """The block a reader's input is read in (logits: after the last, n_layers)."""
+    n = parse_node(reader)
+    return n_layers if n.kind == "logits" else n.layer
 
 
 def _row_weight(w: Weight, batch: int) -> Weight:

@@ -141,13 +141,32 @@ def state_dict_3x(model: Any) -> dict[str, torch.Tensor]:
 
 
 def run_with_hooks(model: Any, tokens: torch.Tensor, attention_mask: torch.Tensor | None,
-                   fwd_hooks: Sequence[tuple[str, Any]] = ()) -> torch.Tensor:
+                   fwd_hooks: Sequence[tuple[str, Any]] = (), *,
+                   start: tuple[int, torch.Tensor] | None = None, skip_blocks: bool | None = None) -> torch.Tensor:
     """Logits of `model` on `tokens` with TransformerLens forward hooks, the attention mask read as
-    3.x reads it, for a HookedTransformer, a bridge from build_hooked, or anyone's TransformerBridge."""
+    3.x reads it, for a HookedTransformer, a bridge from build_hooked, or anyone's TransformerBridge.
+
+    start = (layer, resid): run from block `layer` with `resid` as its resid_pre [batch, pos, d_model]
+    instead of from the embedding. A HookedTransformer skips the earlier blocks (3.x's
+    `start_at_layer`, which hands the blocks the same attention mask); a bridge runs them and then
+    replaces block `layer`'s resid_pre by `resid` (the same logits, no time saved: 4.x's bridge
+    has no start_at_layer with 3.x's masking to rely on). Hooks before that block may fire on a
+    bridge and must not matter; eval.hooks installs none there. skip_blocks=False forces the
+    bridge's way on a HookedTransformer too (tests compare the two).
+    """
+    hooks = list(fwd_hooks)
+    if start is not None:
+        layer, resid = start
+        if skip_blocks is None:
+            skip_blocks = not is_bridge(model)
+        if skip_blocks:
+            return model.run_with_hooks(resid, start_at_layer=layer, attention_mask=attention_mask, fwd_hooks=hooks)
+        # First on the point, so eval.hooks' own hook there sees the replaced value.
+        hooks = [(f"blocks.{layer}.hook_resid_pre", lambda act, hook: resid), *hooks]
     if not is_bridge(model) or getattr(type(model), "zoo_tl3_masking", False):
-        return model.run_with_hooks(tokens, attention_mask=attention_mask, fwd_hooks=list(fwd_hooks))
+        return model.run_with_hooks(tokens, attention_mask=attention_mask, fwd_hooks=hooks)
     with tl3_masking(model, attention_mask) as kwargs:
-        return model.run_with_hooks(tokens, fwd_hooks=list(fwd_hooks), **kwargs)
+        return model.run_with_hooks(tokens, fwd_hooks=hooks, **kwargs)
 
 
 @contextlib.contextmanager

@@ -1,0 +1,94 @@
+"""A pass that starts at a block from a cached state (eval.hooks.Start) computes what the full pass
+computes: the optimisation behind fast edge patching, ACDC and greedy search must not change a score.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eval.ablation import make_context
+from eval.circuit import head_node, mlp_node
+from eval.graph import graph_of
+from eval.tlens import run_with_hooks
+from tests.test_edge_methods import tiny_model, tiny_task
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["causal", "bidirectional"])
+def ctx(request):
+    model = tiny_model(layers=3, heads=2, causal=request.param)
+    task = tiny_task(model)  # one padded row: the start keeps the attention mask
+    return make_context(model, task, graph_of(model))
+
+
+@pytest.mark.smoke
+def test_every_start_reproduces_the_clean_logits(ctx):
+    a, task = ctx.adapter, ctx.task
+    full = a.forward(task.tokens, task.mask)
+    starts = a.starts(task.tokens, task.mask)
+    assert [s.layer for s in starts] == list(range(a.n_layers))
+    for start in starts:
+        run = a.run(task.tokens, task.mask, start=start)
+        torch.testing.assert_close(run.logits, full, atol=ATOL, rtol=0)
+        assert set(start.outputs) == {w for w in ("input", *ctx.graph.components)
+                                      if w == "input" or int(w[1:].split(".")[0]) < start.layer}
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_edge_and_node_patches_from_a_start_equal_the_full_pass(ctx, layer):
+    """Patches at or after the start block, senders before and after it, per-row weights, a batch of
+    two row blocks filled from a one-block start state."""
+    a, task = ctx.adapter, ctx.task
+    n = task.n
+    weight = torch.cat([torch.full((n,), 1.0), torch.full((n,), 0.5)])
+    edges = {("input", head_node(layer, 0, "k")): weight, ("input", "logits"): 1.0,
+             (head_node(layer, 1), mlp_node(layer)): weight}
+    if layer:
+        edges[(mlp_node(layer - 1), head_node(layer, 1, "q"))] = 1.0
+        edges[(head_node(0, 0), head_node(2, 0, "v"))] = weight
+    nodes = {head_node(2, 1): weight}
+    tokens, mask = task.tokens.repeat(2, 1), task.mask.repeat(2, 1)
+    reference = {w: v.repeat(2, 1, 1) for w, v in ctx.reference.items()}
+    full = a.run(tokens, mask, reference=reference, edges=edges, nodes=nodes, read_outputs=["m2"],
+                 read_inputs=["logits"])
+    start = a.starts(task.tokens, task.mask)[layer]
+    run = a.run(tokens, mask, reference=reference, edges=edges, nodes=nodes, read_outputs=["m2"],
+                read_inputs=["logits"], start=start)
+    torch.testing.assert_close(run.logits, full.logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(run.outputs["m2"], full.outputs["m2"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(run.inputs["logits"], full.inputs["logits"], atol=ATOL, rtol=0)
+    assert (run.logits - a.forward(tokens, mask)).abs().max() > 1e-3  # the patches do something
+
+
+@pytest.mark.smoke
+def test_a_start_from_a_patched_pass_continues_that_pass(ctx):
+    """Greedy search starts later candidates from the current circuit's own pass."""
+    a, task = ctx.adapter, ctx.task
+    nodes = {head_node(0, 1): 1.0, mlp_node(1): 1.0}
+    start = a.starts(task.tokens, task.mask, reference=ctx.reference, nodes=nodes)[2]
+    full = a.run(task.tokens, task.mask, reference=ctx.reference, nodes={**nodes, head_node(2, 0): 1.0})
+    run = a.run(task.tokens, task.mask, reference=ctx.reference, nodes={head_node(2, 0): 1.0}, start=start)
+    torch.testing.assert_close(run.logits, full.logits, atol=ATOL, rtol=0)
+
+
+def test_the_bridges_way_of_starting_equals_skipping_blocks(ctx):
+    """4.x bridges run every block and replace the start block's resid_pre; checked here on 3.x."""
+    a, task = ctx.adapter, ctx.task
+    start = a.starts(task.tokens, task.mask)[1]
+    resid = start.resid + 0.1  # a state no prefix of this input reaches: the start must be used
+    skipped = run_with_hooks(a.model, task.tokens, task.mask, start=(1, resid))
+    replaced = run_with_hooks(a.model, task.tokens, task.mask, start=(1, resid), skip_blocks=False)
+    torch.testing.assert_close(skipped, replaced, atol=ATOL, rtol=0)
+    assert (skipped - a.forward(task.tokens, task.mask)).abs().max() > 1e-3
+
+
+def test_patches_before_the_start_are_refused(ctx):
+    a, task = ctx.adapter, ctx.task
+    start = a.starts(task.tokens, task.mask)[1]
+    with pytest.raises(ValueError, match="cannot patch or read"):
+        a.run(task.tokens, task.mask, reference=ctx.reference, edges={("input", "a0.h0<q>"): 1.0}, start=start)
+    with pytest.raises(ValueError, match="cannot patch or read"):
+        a.run(task.tokens, task.mask, reference=ctx.reference, nodes={"m0": 1.0}, start=start)

@@ -10,6 +10,7 @@ counterfactual edge ablation. Where nodes live in the model is eval.hooks' busin
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Collection, Iterable
 from typing import Any, Literal
 
@@ -17,7 +18,7 @@ import torch
 
 from eval.circuit import INPUT
 from eval.graph import ComputationGraph
-from eval.hooks import Adapter, adapt
+from eval.hooks import Adapter, Start, adapt
 from eval.task import TaskData
 
 AblationKind = Literal["resample", "mean", "zero"]
@@ -46,6 +47,12 @@ class AblationContext:
     def forward(self) -> torch.Tensor:
         """Clean logits, nothing ablated."""
         return self.adapter.forward(self.task.tokens, self.task.mask)
+
+    @functools.cached_property
+    def starts(self) -> tuple[Start, ...]:
+        """The clean pass's state at every block (index = layer), computed once: a pass that patches
+        nothing before block l starts there (eval.hooks.Start)."""
+        return self.adapter.starts(self.task.tokens, self.task.mask)
 
 
 def make_context(model: Any, task: TaskData, graph: ComputationGraph, kind: AblationKind = "resample") -> AblationContext:

@@ -38,8 +38,9 @@ Attention masks are read as TransformerLens 3.x reads them (eval.tlens.run_with_
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from typing import Any
 
 import torch
@@ -125,7 +126,7 @@ class Adapter:
 
     def forward(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None, *, grad: bool = False) -> torch.Tensor:
         """Logits, no intervention."""
-        with torch.set_grad_enabled(grad):
+        with torch.set_grad_enabled(grad), _lean(self.model):
             return tlens.run_with_hooks(self.model, tokens, attention_mask)
 
     def outputs(self, tokens: torch.Tensor, attention_mask: torch.Tensor | None,
@@ -157,7 +158,7 @@ class Adapter:
         plan = _Plan.make(self, reference or {}, nodes or {}, edges or {}, read_outputs, read_inputs,
                           batch=batch, grad=grad, start=start)
         resume = None if start is None else (start.layer, _repeat_to(start.resid, batch))
-        with torch.set_grad_enabled(grad):
+        with torch.set_grad_enabled(grad), _lean(self.model):
             logits = tlens.run_with_hooks(self.model, tokens, attention_mask, plan.hooks(), start=resume)
         return Run(logits=logits, outputs={n: plan.out[n] for n in plan.read_out},
                    inputs={n: plan.inp[n] for n in plan.read_in})
@@ -172,7 +173,7 @@ class Adapter:
         plan = _Plan.make(self, reference or {}, nodes or {}, {}, writers, (), batch=int(tokens.shape[0]),
                           grad=False, start=None)
         plan.keep_resid = True
-        with torch.no_grad():
+        with torch.no_grad(), _lean(self.model):
             tlens.run_with_hooks(self.model, tokens, attention_mask, plan.hooks())
         return tuple(Start(layer=l, resid=plan.resid_pre[l],
                            outputs={w: plan.out[w] for w in writers if _order(w)[0] < l})
@@ -213,8 +214,33 @@ def adapt(model: Any) -> Adapter:
 def forward(model: Any, tokens: torch.Tensor, attention_mask: torch.Tensor | None) -> torch.Tensor:
     """Logits of any zoo model (HookedTransformer or TransformerBridge), no gradient, the attention
     mask read as TransformerLens 3.x reads it."""
-    with torch.no_grad():
+    with torch.no_grad(), _lean(model):
         return tlens.run_with_hooks(model, tokens, attention_mask)
+
+
+_HEAVY_SWITCHES = ("use_attn_result", "use_split_qkv_input", "use_attn_in")
+"""3.x config switches that add hook_result / hook_q_input-style points, which this module never reads."""
+
+
+@contextlib.contextmanager
+def _lean(model: Any) -> Iterator[None]:
+    """A HookedTransformer with its per-head result and split q/k/v-input switches off for one pass
+    (zoo configs turn them on for users' own 3.x hooks; nothing here reads those points, module
+    doc). With them on, 3.x materialises [batch, pos, heads, d_head, d_model] in every layer and a
+    copy of the residual per head: more than half of a pass's time on zoo models. The same
+    function within float rounding; the switches are restored afterwards. Bridges have neither."""
+    cfg = model.cfg
+    saved = {n: getattr(cfg, n) for n in _HEAVY_SWITCHES if getattr(cfg, n, False)}
+    if not saved or tlens.is_bridge(model):
+        yield
+        return
+    try:
+        for n in saved:
+            setattr(cfg, n, False)
+        yield
+    finally:
+        for n, v in saved.items():
+            setattr(cfg, n, v)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -268,7 +294,7 @@ class _Plan:
         if not 0 <= first < a.n_layers:
             raise ValueError(f"a pass starts at a block 0..{a.n_layers - 1}, not {first}")
         early_in = [r for r in (*read_in, *(d for _, d in edges)) if _reader_layer(r, a.n_layers) < first]
-        early_patch = [w for w in nodes if _order(w)[0] < first]
+        early_patch = [w for w in nodes if start is not None and _order(w)[0] < first]
         if early_in or early_patch:
             raise ValueError(f"a pass starting at block {first} cannot patch or read "
                              f"{', '.join(sorted({*early_in, *early_patch}))}: they come before it")

@@ -155,18 +155,25 @@ def run_with_hooks(model: Any, tokens: torch.Tensor, attention_mask: torch.Tenso
     bridge's way on a HookedTransformer too (tests compare the two).
     """
     hooks = list(fwd_hooks)
-    if start is not None:
-        layer, resid = start
-        if skip_blocks is None:
-            skip_blocks = not is_bridge(model)
-        if skip_blocks:
+    if not is_bridge(model):
+        if start is not None and skip_blocks is not False:
+            layer, resid = start
             return model.run_with_hooks(resid, start_at_layer=layer, attention_mask=attention_mask, fwd_hooks=hooks)
-        # First on the point, so eval.hooks' own hook there sees the replaced value.
-        hooks = [(f"blocks.{layer}.hook_resid_pre", lambda act, hook: resid), *hooks]
-    if not is_bridge(model) or getattr(type(model), "zoo_tl3_masking", False):
+        return model.run_with_hooks(tokens, attention_mask=attention_mask, fwd_hooks=_resumed(start, hooks))
+    hooks = _resumed(start, hooks)
+    if getattr(type(model), "zoo_tl3_masking", False):
         return model.run_with_hooks(tokens, attention_mask=attention_mask, fwd_hooks=hooks)
     with tl3_masking(model, attention_mask) as kwargs:
         return model.run_with_hooks(tokens, fwd_hooks=hooks, **kwargs)
+
+
+def _resumed(start: tuple[int, torch.Tensor] | None, hooks: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Hooks that also replace block start[0]'s resid_pre by start[1] (first on that point, so a
+    hook of the caller's there sees the replaced value)."""
+    if start is None:
+        return hooks
+    layer, resid = start
+    return [(f"blocks.{layer}.hook_resid_pre", lambda act, hook: resid), *hooks]
 
 
 @contextlib.contextmanager

@@ -1,5 +1,7 @@
-"""A pass that starts at a block from a cached state (eval.hooks.Start) computes what the full pass
-computes: the optimisation behind fast edge patching, ACDC and greedy search must not change a score.
+"""Fast passes compute what the plain ones do: a pass that starts at a block from a cached state
+(eval.hooks.Start) equals the full pass, and 3.x passes without the per-head result switches equal
+the model's own. These optimisations behind fast edge patching, ACDC and greedy search must not
+change a score.
 """
 
 from __future__ import annotations
@@ -92,3 +94,17 @@ def test_patches_before_the_start_are_refused(ctx):
         a.run(task.tokens, task.mask, reference=ctx.reference, edges={("input", "a0.h0<q>"): 1.0}, start=start)
     with pytest.raises(ValueError, match="cannot patch or read"):
         a.run(task.tokens, task.mask, reference=ctx.reference, nodes={"m0": 1.0}, start=start)
+
+
+@pytest.mark.smoke
+def test_passes_without_the_heavy_3x_switches_equal_the_model_and_restore_them(ctx):
+    """eval.hooks turns 3.x's use_attn_result / use_split_qkv_input off for its passes (they cost
+    most of a pass); the model computes the same and keeps its switches."""
+    model, task = ctx.model, ctx.task
+    before = {n: getattr(model.cfg, n, None) for n in ("use_attn_result", "use_split_qkv_input")}
+    with torch.no_grad():
+        direct = model(task.tokens, attention_mask=task.mask)  # the config's own (heavy) path on 3.x
+    run = ctx.adapter.run(task.tokens, task.mask, reference=ctx.reference, nodes={"a1.h0": 1.0})
+    torch.testing.assert_close(ctx.adapter.forward(task.tokens, task.mask), direct, atol=ATOL, rtol=0)
+    assert (run.logits - direct).abs().max() > 1e-3
+    assert {n: getattr(model.cfg, n, None) for n in before} == before

@@ -120,14 +120,14 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
                 if j == len(values):
                     values.append([0.0] * k)
                 values[j][i] = float(w)
-        W = torch.tensor(values).repeat_interleave(n, dim=1) if values else None  # [edges, k·n]
-        edges = {edge: W[j] for edge, j in index.items()} if W is not None else {}
-        reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in edges}}
+        keys = tuple(index)
+        W = torch.tensor(values).repeat_interleave(n, dim=1).T if values else torch.zeros(k * n, 0)  # [k·n, edges]
+        reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in keys}}
         # Logits' edges start at the last block: a pass runs at least one block (eval.hooks.Start).
-        layer = min((reader_layer(d, L) for _, d in edges), default=L - 1)
+        layer = min((reader_layer(d, L) for _, d in keys), default=L - 1)
         with torch.no_grad():
-            run = ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k),
-                                  reference=reference, edges=edges, start=ctx.starts[min(layer, L - 1)])
+            run = ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k), reference=reference,
+                                  edge_matrix=(keys, W), start=ctx.starts[min(layer, L - 1)])
         logits = run.logits.view(k, n, *run.logits.shape[1:])
         out += [metric(logits[i]).detach() for i in range(k)]
     return torch.stack(out) if out else torch.zeros(0)

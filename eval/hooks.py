@@ -139,7 +139,8 @@ class Adapter:
             nodes: Mapping[str, Weight] | None = None,
             edges: Mapping[tuple[str, str], Weight] | None = None,
             read_outputs: Iterable[str] = (), read_inputs: Iterable[str] = (),
-            grad: bool = False, start: Start | None = None) -> Run:
+            grad: bool = False, start: Start | None = None,
+            edge_matrix: tuple[tuple[tuple[str, str], ...], torch.Tensor] | None = None) -> Run:
         """One forward pass with interventions, reading activations on the way.
 
         reference: writer -> the value it is patched towards, [batch or 1, pos, d_model].
@@ -149,6 +150,9 @@ class Adapter:
           head `a{l}.h{h}` as reader means its q, k and v inputs.
         read_outputs / read_inputs: writers / readers whose values to return in the Run.
         grad: run with autograd; returned activations keep their .grad after a backward pass.
+        edge_matrix: (keys, W [batch, len(keys)]): the same as edges={keys[j]: W[:, j]}, for many
+          per-row edge weights at once (ACDC, edge subnetwork probing): one gather per layer instead of
+          a slice per edge, forwards and backwards.
         start: begin at block start.layer from this state (`starts`) instead of at the embedding;
           the same logits as the full pass when nothing before that block is patched, which is
           then refused (node patches of earlier writers, edges into earlier readers). Writers
@@ -156,7 +160,7 @@ class Adapter:
         """
         batch = int(tokens.shape[0])
         plan = _Plan.make(self, reference or {}, nodes or {}, edges or {}, read_outputs, read_inputs,
-                          batch=batch, grad=grad, start=start)
+                          batch=batch, grad=grad, start=start, edge_matrix=edge_matrix)
         resume = None if start is None else (start.layer, _repeat_to(start.resid, batch))
         with torch.set_grad_enabled(grad), _lean(self.model):
             logits = tlens.run_with_hooks(self.model, tokens, attention_mask, plan.hooks(), start=resume)
@@ -287,12 +291,19 @@ class _Plan:
     @classmethod
     def make(cls, a: Adapter, reference: Mapping[str, torch.Tensor], nodes: Mapping[str, Weight],
              edges: Mapping[tuple[str, str], Weight], read_outputs: Iterable[str], read_inputs: Iterable[str],
-             *, batch: int, grad: bool, start: Start | None) -> _Plan:
+             *, batch: int, grad: bool, start: Start | None,
+             edge_matrix: tuple[tuple[tuple[str, str], ...], torch.Tensor] | None = None) -> _Plan:
         read_out = tuple(dict.fromkeys(read_outputs))
         read_in = tuple(dict.fromkeys(read_inputs))
         first = 0 if start is None else start.layer
         if not 0 <= first < a.n_layers:
             raise ValueError(f"a pass starts at a block 0..{a.n_layers - 1}, not {first}")
+        matrix = None
+        if edge_matrix is not None:
+            keys, matrix = edge_matrix
+            if tuple(matrix.shape) != (batch, len(keys)):
+                raise ValueError(f"edge_matrix weights must be [{batch}, {len(keys)}], got {list(matrix.shape)}")
+            edges = {**edges, **{tuple(e): _Col(j) for j, e in enumerate(keys)}}
         early_in = [r for r in (*read_in, *(d for _, d in edges)) if _reader_layer(r, a.n_layers) < first]
         early_patch = [w for w in nodes if start is not None and _order(w)[0] < first]
         if early_in or early_patch:
@@ -322,10 +333,10 @@ class _Plan:
         for layer in range(a.n_layers):
             readers = [head_node(layer, h, x) for x in QKV for h in range(H)]
             if any(r in by_reader for r in readers):
-                attn_groups[layer] = _group(readers, by_reader, batch)
+                attn_groups[layer] = _group(readers, by_reader, batch, matrix)
             if mlp_node(layer) in by_reader:
-                mlp_groups[layer] = _group([mlp_node(layer)], by_reader, batch)
-        logits_group = _group([LOGITS], by_reader, batch) if LOGITS in by_reader else None
+                mlp_groups[layer] = _group([mlp_node(layer)], by_reader, batch, matrix)
+        logits_group = _group([LOGITS], by_reader, batch, matrix) if LOGITS in by_reader else None
         plan = cls(a=a, reference=reference, patch={n: _row_weight(w, batch) for n, w in nodes.items()},
                    attn_groups=attn_groups, mlp_groups=mlp_groups, logits_group=logits_group,
                    read_out=read_out, read_in=read_in, grad=grad, start=start)
@@ -449,14 +460,28 @@ def _keep_grad(act: torch.Tensor) -> torch.Tensor:
     return act
 
 
-def _group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]], batch: int) -> _Group:
+@dataclasses.dataclass(frozen=True)
+class _Col:
+    """An edge weight that is column j of Adapter.run's edge_matrix."""
+
+    j: int
+
+
+def _group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight | _Col]], batch: int,
+           matrix: torch.Tensor | None) -> _Group:
     sources = sorted({s for r in readers for s in by_reader.get(r, {})}, key=_order)
     col = {s: i for i, s in enumerate(sources)}
-    per_row = any(isinstance(w, torch.Tensor) and w.dim() > 0 for r in readers for w in by_reader.get(r, {}).values())
+    entries = [(i, col[s], w) for i, r in enumerate(readers) for s, w in by_reader.get(r, {}).items()]
+    from_matrix = [(i * len(sources) + c, w.j) for i, c, w in entries if isinstance(w, _Col)]
+    per_row = bool(from_matrix) or any(isinstance(w, torch.Tensor) and w.dim() > 0 for _, _, w in entries)
     weights = torch.zeros(batch if per_row else 1, len(readers), len(sources))
-    for i, r in enumerate(readers):
-        for s, w in by_reader.get(r, {}).items():
-            weights[:, i, col[s]] = w
+    for i, c, w in entries:
+        if not isinstance(w, _Col):
+            weights[:, i, c] = w
+    if from_matrix:  # one gather (and, backwards, one scatter) for every matrix weight of the group
+        assert matrix is not None
+        flat, cols = (torch.tensor(x) for x in zip(*from_matrix))
+        weights = weights.flatten(1).index_copy(1, flat, matrix[:, cols].to(weights.dtype)).view_as(weights)
     return _Group(sources=tuple(sources), weights=weights)
 
 

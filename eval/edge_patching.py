@@ -8,7 +8,11 @@ the signed regression distance), a mean over label positions.
 
 - `edge_patching`: the exact m(clean) - m(u->v patched) of every edge. Edges are batched as row
   blocks: one forward pass holds `max_rows // n` edges, each block of n rows patching its own edge
-  through per-row weights, so the Python loop runs over forward passes, not over edges.
+  through per-row weights, so the Python loop runs over forward passes, not over edges. Patching
+  an edge into a reader of block l leaves every block before l as in the clean run, so edges are
+  ordered by their reader's block and each pass starts there from the cached clean state
+  (eval.hooks.Start): an edge costs the blocks from its reader on, about a third of a full pass
+  averaged over a model's edges (later readers have more edges).
 - `eap`: MIB Eq. 3 (Nanda 2023; Syed et al. 2024), from one counterfactual forward, one clean
   forward with gradients and one backward pass, whatever the edge count.
 - `eap_ig_inputs` (Hanna et al. 2024): the gradient at v's input averaged over Z runs whose input

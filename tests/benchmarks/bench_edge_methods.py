@@ -13,9 +13,13 @@ gradient hook on its logits (one per backward pass). `edge_patching_loop` is exa
 with one full forward pass per edge (n rows, from the embedding, no start state), the naive loop
 the batched version replaces; `speedup` is its wall time over the batched one.
 
+`cpu_s` is the process's CPU time: with one torch thread it is what the run takes on a core of
+its own, where `wall_s` also counts waiting for a core on a shared machine. Plots and
+extrapolations use cpu_s.
+
 Sizes run smallest first; with --budget-s, a method whose cost extrapolated from the smaller sizes
-(a straight line through its last two points in log-log) exceeds the budget is not run at a size
-and its row says `"extrapolated_s"` instead of `"wall_s"`. --out is rewritten after every method, so
+(a straight line through its last two cpu_s points in log-log) exceeds the budget is not run at a
+size and its row says `"extrapolated_s"` instead of `"wall_s"`. --out is rewritten after every method, so
 an interrupted run keeps what it measured.
 """
 
@@ -114,16 +118,16 @@ def measure(model: Any, task: Any, graph: Any, key: str) -> dict[str, Any]:
 
     counter = Counter()
     handle = counter.attach(model)
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), time.process_time()
     if key == "edge_patching_loop":
         edge_patching_loop(model, task, graph)
         kind = "scores"
     else:
         kind = call_method(REGISTRY[key], model, task, graph=graph, seed=0, ablation="resample").kind
-    wall = time.perf_counter() - start
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     handle.remove()
-    return {"method": key, "wall_s": round(wall, 3), "forward": counter.forward, "backward": counter.backward,
-            "kind": kind}
+    return {"method": key, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "forward": counter.forward,
+            "backward": counter.backward, "kind": kind}
 
 
 def plot(results: list[dict[str, Any]], path: Path) -> None:
@@ -136,7 +140,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     fig, ax = plt.subplots(figsize=(8, 6))
     methods = list(dict.fromkeys(r["method"] for res in results for r in res["rows"]))
     for i, key in enumerate(methods):
-        pts = [(res["qkv_edges"], r.get("wall_s", r.get("extrapolated_s")), "wall_s" in r)
+        pts = [(res["qkv_edges"], r.get("cpu_s", r.get("extrapolated_s")), "cpu_s" in r)
                for res in results for r in res["rows"] if r["method"] == key]
         pts = [p for p in pts if p[1]]
         if not pts:
@@ -151,7 +155,7 @@ def plot(results: list[dict[str, Any]], path: Path) -> None:
     ax.set_xscale("log")
     ax.set_yscale("log")
     ax.set_xlabel("q/k/v edges")
-    ax.set_ylabel("wall time, s (1 torch thread; hollow: extrapolated)")
+    ax.set_ylabel("CPU time, s (1 torch thread; hollow: extrapolated)")
     ax.set_title("Cost of each method against model size (random models 2x2 ... 12x12)")
     ax.legend(fontsize=7, ncol=2)
     fig.tight_layout()
@@ -204,13 +208,15 @@ def main() -> None:
             else:
                 row = measure(model, task, graph, key)
                 rows.append(row)
-                history.setdefault(key, []).append((edges, row["wall_s"]))
-                print(f"{size} {key}: {row['wall_s']:.2f} s, {row['forward']} fwd / {row['backward']} bwd",
+                history.setdefault(key, []).append((edges, row["cpu_s"]))
+                print(f"{size} {key}: {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s cpu, "
+                      f"{row['forward']} fwd / {row['backward']} bwd",
                       file=sys.stderr, flush=True)
             if key == "edge_patching_loop" and "wall_s" in rows[-1]:
                 batched = next((r for r in rows if r["method"] == "edge_patching" and "wall_s" in r), None)
                 if batched:
                     rows[-1]["speedup"] = round(rows[-1]["wall_s"] / batched["wall_s"], 2)
+                    rows[-1]["speedup_cpu"] = round(rows[-1]["cpu_s"] / batched["cpu_s"], 2)
             if args.out:
                 args.out.write_text(json.dumps(report, indent=1))
     print(json.dumps(report, indent=1))

@@ -125,7 +125,7 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
                     values.append([0.0] * k)
                 values[j][i] = float(w)
         keys = tuple(index)
-        W = torch.tensor(values).repeat_interleave(n, dim=1).T if values else torch.zeros(k * n, 0)  # [k·n, edges]
+        W = torch.tensor(values).T if values else torch.zeros(k, 0)  # [k blocks of n rows, edges]
         reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in keys}}
         # Logits' edges start at the last block: a pass runs at least one block (eval.hooks.Start).
         layer = min((reader_layer(d, L) for _, d in keys), default=L - 1)

@@ -29,14 +29,20 @@ class _Group:
     sources: tuple[str, ...]
     """Writers with a patched edge into some reader of the group, forward order."""
     weights: torch.Tensor
-    """[batch or 1, readers, sources]."""
+    """[G, readers, sources], G = 1 (every row), batch (per row) or a divisor of batch (per row
+    block: G blocks of batch // G consecutive rows, as ACDC and SP stack their τ or λ)."""
 
     def delta(self, plan: Plan) -> torch.Tensor:
         """[batch, pos, readers, d_model]."""
-        diff = torch.stack([plan.reference[s] - plan.out[s] for s in self.sources], dim=2)
-        if self.weights.shape[0] == 1:
+        diff = torch.stack([plan.reference[s] - plan.out[s] for s in self.sources], dim=2)  # [b, p, s, d]
+        G = int(self.weights.shape[0])
+        if G == 1:
             return torch.einsum("rs,bpsd->bprd", self.weights[0], diff)
-        return torch.einsum("brs,bpsd->bprd", self.weights, diff)
+        # One [readers, sources] x [sources, rows·pos·d_model] product per block: a few large
+        # products instead of one small one per row (the same sums).
+        b, p, s, d = diff.shape
+        out = torch.einsum("grs,gqsd->gqrd", self.weights, diff.reshape(G, (b // G) * p, s, d))
+        return out.reshape(b, p, -1, d)
 
 
 @dataclasses.dataclass(kw_only=True)
@@ -76,8 +82,9 @@ class Plan:
         matrix = None
         if edge_matrix is not None:
             keys, matrix = edge_matrix
-            if tuple(matrix.shape) != (batch, len(keys)):
-                raise ValueError(f"edge_matrix weights must be [{batch}, {len(keys)}], got {list(matrix.shape)}")
+            if matrix.dim() != 2 or matrix.shape[1] != len(keys) or batch % max(1, matrix.shape[0]):
+                raise ValueError(f"edge_matrix weights must be [a divisor of {batch}, {len(keys)}], "
+                                 f"got {list(matrix.shape)}")
             edges = {**edges, **{tuple(e): _Col(j) for j, e in enumerate(keys)}}
         early_in = [r for r in (*read_in, *(d for _, d in edges)) if _reader_layer(r, a.n_layers) < first]
         early_patch = [w for w in nodes if start is not None and order(w)[0] < first]
@@ -248,15 +255,19 @@ def _group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight | _Co
     col = {s: i for i, s in enumerate(sources)}
     entries = [(i, col[s], w) for i, r in enumerate(readers) for s, w in by_reader.get(r, {}).items()]
     from_matrix = [(i * len(sources) + c, w.j) for i, c, w in entries if isinstance(w, _Col)]
-    per_row = bool(from_matrix) or any(isinstance(w, torch.Tensor) and w.dim() > 0 for _, _, w in entries)
-    weights = torch.zeros(batch if per_row else 1, len(readers), len(sources))
+    per_row = any(isinstance(w, torch.Tensor) and w.dim() > 0 for _, _, w in entries)
+    G = batch if per_row else int(matrix.shape[0]) if from_matrix and matrix is not None else 1
+    weights = torch.zeros(G, len(readers), len(sources))
     for i, c, w in entries:
         if not isinstance(w, _Col):
             weights[:, i, c] = w
     if from_matrix:  # one gather (and, backwards, one scatter) for every matrix weight of the group
         assert matrix is not None
         flat, cols = (torch.tensor(x) for x in zip(*from_matrix))
-        weights = weights.flatten(1).index_copy(1, flat, matrix[:, cols].to(weights.dtype)).view_as(weights)
+        picked = matrix[:, cols].to(weights.dtype)  # [blocks, entries]
+        if G != picked.shape[0]:  # per-row weights beside block weights: every row its own
+            picked = picked.repeat_interleave(G // picked.shape[0], dim=0)
+        weights = weights.flatten(1).index_copy(1, flat, picked).view_as(weights)
     return _Group(sources=tuple(sources), weights=weights)
 
 

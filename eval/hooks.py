@@ -147,9 +147,10 @@ class Adapter:
           head `a{l}.h{h}` as reader means its q, k and v inputs.
         read_outputs / read_inputs: writers / readers whose values to return in the Run.
         grad: run with autograd; returned activations keep their .grad after a backward pass.
-        edge_matrix: (keys, W [batch, len(keys)]): the same as edges={keys[j]: W[:, j]}, for many
-          per-row edge weights at once (ACDC, edge subnetwork probing): one gather per layer instead of
-          a slice per edge, forwards and backwards.
+        edge_matrix: (keys, W [G, len(keys)]): edge keys[j] weighted W[g, j] on row block g (G blocks
+          of batch // G consecutive rows; G = batch: per row), for many edges at once (ACDC, edge
+          subnetwork probing): one gather and a few large products per layer instead of a slice per
+          edge and a product per row, forwards and backwards.
         start: begin at block start.layer from this state (`starts`) instead of at the embedding;
           the same logits as the full pass when nothing before that block is patched, which is
           then refused (node patches of earlier writers, edges into earlier readers). Writers

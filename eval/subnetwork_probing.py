@@ -102,8 +102,8 @@ def _train(ctx: Any, units: list[Any], level: Literal["node", "edge"], penalties
             w = (1.0 - z).repeat_interleave(n, dim=0)  # [k·n, units]: weight towards the reference
             if level == "node":
                 patch = {"nodes": {u: w[:, j] for j, u in enumerate(units)}}
-            else:  # one [rows, edges] matrix: a slice per edge would cost a full-size gradient each
-                patch = {"edge_matrix": (tuple(units), w)}
+            else:  # one [λ blocks, edges] matrix: a slice per edge would cost a full-size gradient each
+                patch = {"edge_matrix": (tuple(units), 1.0 - z)}
             run = ctx.adapter.run(tokens, mask, reference=reference, grad=True, **patch)
             logits = run.logits.view(k, n, *run.logits.shape[1:])
             fit = torch.stack([metric(logits[i]) for i in range(k)]).float()

@@ -138,3 +138,25 @@ def test_batched_greedy_path_equals_the_one_pass_per_candidate_walk(ctx):
         keep.remove(node)
     assert path.removed == tuple(removed)
     assert path.after == pytest.approx(after, abs=1e-5)
+
+
+@pytest.mark.smoke
+def test_an_edge_matrix_equals_per_row_edge_weights(ctx):
+    """ACDC and edge SP pass many edges as one [blocks, edges] matrix; it patches what the per-edge
+    mapping with per-row weights patches, values and gradients."""
+    a, task = ctx.adapter, ctx.task
+    n, k = task.n, 3
+    keys = (("input", "a1.h0<q>"), ("a0.h1", "a2.h1<v>"), ("m0", "m1"), ("a1.h1", "logits"), ("m1", "a2.h0<k>"))
+    W = torch.rand(k, len(keys), generator=torch.Generator().manual_seed(0), requires_grad=True)
+    tokens, mask = task.tokens.repeat(k, 1), task.mask.repeat(k, 1)
+    reference = {w: v.repeat(k, 1, 1) for w, v in ctx.reference.items()}
+    extra = {("input", "m2"): torch.linspace(0, 1, k * n)}  # a per-row weight beside the block matrix
+    by_matrix = a.run(tokens, mask, reference=reference, edges=extra, edge_matrix=(keys, W), grad=True).logits
+    (g_matrix,) = torch.autograd.grad(by_matrix.square().sum(), [W])
+    rows = W.repeat_interleave(n, dim=0)  # [k·n, edges]
+    by_edge = a.run(tokens, mask, reference=reference, grad=True,
+                    edges={**extra, **{e: rows[:, j] for j, e in enumerate(keys)}}).logits
+    (g_edge,) = torch.autograd.grad(by_edge.square().sum(), [W])
+    torch.testing.assert_close(by_matrix, by_edge, atol=ATOL, rtol=0)
+    torch.testing.assert_close(g_matrix, g_edge, atol=1e-4, rtol=1e-4)
+    assert g_matrix.abs().min() > 0

@@ -38,10 +38,12 @@ class _Group:
         G = int(self.weights.shape[0])
         if G == 1:
             return torch.einsum("rs,bpsd->bprd", self.weights[0], diff)
-        # One [readers, sources] x [sources, rows·pos·d_model] product per block: a few large
-        # products instead of one small one per row (the same sums).
         b, p, s, d = diff.shape
-        out = torch.einsum("grs,gqsd->gqrd", self.weights, diff.reshape(G, (b // G) * p, s, d))
+        if s <= 4:  # few senders (edge patching's passes): einsum per row is fastest on CPU
+            return torch.einsum("brs,bpsd->bprd", self.weights.repeat_interleave(b // G, dim=0), diff)
+        # Many senders (ACDC, edge SP): a batched matmul, [readers, sources] x [sources, d_model] per
+        # row and position, ~1.7-2.7x faster on CPU than the einsum, which permutes diff first.
+        out = torch.matmul(self.weights.unsqueeze(1), diff.reshape(G, (b // G) * p, s, d))  # [G, q, r, d]
         return out.reshape(b, p, -1, d)
 
 

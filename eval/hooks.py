@@ -32,6 +32,9 @@ Every call is batched: activations are [batch, pos, d_model], a weight is a floa
                       edges={("m0", "a1.h0<q>"): 1.0},      # only a1.h0's query sees cf's m0
                       read_outputs=["m0"], read_inputs=["logits"], grad=True)
     metric(run.logits).backward(); run.outputs["m0"].grad; run.inputs["logits"].grad
+    starts = adapter.starts(tokens, mask)                   # the clean pass's state at every block
+    run = adapter.run(tokens, mask, reference=cf, edges={("m0", "a1.h0<q>"): 1.0},
+                      start=starts[1])                      # the same logits, block 0 not run
 
 Attention masks are read as TransformerLens 3.x reads them (eval.tlens.run_with_hooks).
 """

@@ -7,19 +7,31 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Iterable, Mapping
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import torch
 
 from eval.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node
 
-if TYPE_CHECKING:
-    from eval.hooks import Adapter, Start
-
 Weight = float | torch.Tensor
 """How far a patched value moves towards the reference: 1 replaces it, 0 leaves it; a float, or
 a [batch] tensor with one weight per row."""
 QKV = ("q", "k", "v")
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Start:
+    """A pass's state where block `layer` begins: a later pass that changes nothing before that
+    block can start there instead of at the embedding (the patched-forward cost then scales with
+    the layers left, not all of them)."""
+
+    layer: int
+    """The block the pass starts at, 0 <= layer < n_layers."""
+    resid: torch.Tensor
+    """`blocks.{layer}.hook_resid_pre` [rows, pos, d_model]."""
+    outputs: Mapping[str, torch.Tensor]
+    """Every writer before block `layer` (`input` included) -> its output [rows, pos, d_model] as
+    its readers saw it. A pass of batch k·rows repeats these (and resid) k times, block-wise."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -51,7 +63,8 @@ class _Group:
 class Plan:
     """The hooks of one Adapter.run and the activations they collect (lives for one pass)."""
 
-    a: Adapter
+    a: Any
+    """The eval.hooks.Adapter running the pass."""
     reference: Mapping[str, torch.Tensor]
     patch: dict[str, Weight]
     """Writer -> weight of its node patch."""
@@ -72,7 +85,7 @@ class Plan:
     attn_delta: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
 
     @classmethod
-    def make(cls, a: Adapter, reference: Mapping[str, torch.Tensor], nodes: Mapping[str, Weight],
+    def make(cls, a: Any, reference: Mapping[str, torch.Tensor], nodes: Mapping[str, Weight],
              edges: Mapping[tuple[str, str], Weight], read_outputs: Iterable[str], read_inputs: Iterable[str],
              *, batch: int, grad: bool, start: Start | None,
              edge_matrix: tuple[tuple[tuple[str, str], ...], torch.Tensor] | None = None) -> Plan:

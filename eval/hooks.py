@@ -50,7 +50,7 @@ import torch
 
 from eval import tlens
 from eval.circuit import INPUT, head_node, mlp_node, parse_node
-from eval.hook_plan import QKV, Plan, Weight, order, repeat_to  # noqa: F401 (QKV, Weight: public here)
+from eval.hook_plan import QKV, Plan, Start, Weight, order, repeat_to  # noqa: F401 (QKV, Weight: public here)
 
 
 
@@ -65,21 +65,6 @@ class Run:
     inputs: Mapping[str, torch.Tensor]
     """Reader (`a{l}.h{h}<q|k|v>`, `m{l}`, `logits`) -> its input [batch, pos, d_model], after
     edge patches. With grad=True these and `outputs` are in the graph and keep their .grad."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Start:
-    """A pass's state where block `layer` begins: a later pass that changes nothing before that
-    block can start there instead of at the embedding (the patched-forward cost then scales with
-    the layers left, not all of them)."""
-
-    layer: int
-    """The block the pass starts at, 0 <= layer < n_layers."""
-    resid: torch.Tensor
-    """`blocks.{layer}.hook_resid_pre` [rows, pos, d_model]."""
-    outputs: Mapping[str, torch.Tensor]
-    """Every writer before block `layer` (`input` included) -> its output [rows, pos, d_model] as
-    its readers saw it. A pass of batch k·rows repeats these (and resid) k times, block-wise."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -15,7 +15,8 @@ its incoming edges removed without a forward pass, as ACDC skips such nodes.
 
 The whole τ grid runs at once: every forward pass stacks one row block per τ still working on the
 edge, through the batched edge patching of eval.edge_patching, so a sweep costs one forward pass per
-edge (fewer once nodes are cut off), not one per edge and τ.
+edge (fewer once nodes are cut off), not one per edge and τ. Every edge already removed goes into a reader at or after the current one, so each pass
+starts at the current reader's block from the clean state (eval.hooks.Start) like edge patching's.
 """
 
 from __future__ import annotations

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 
 from eval import acdc, edge_patching, ensemble, ifr, subnetwork_probing
-from eval.ablation import AblationContext, behaviour, behaviour_tensor, make_context, run_nodes_ablated
+from eval.ablation import AblationContext, behaviour, behaviour_tensor, make_context, node_metrics
 from eval.faithfulness import greedy_path, node_behaviour
 from eval.graph import ComputationGraph
 from eval.methods import Method, MethodOutput
@@ -31,10 +31,12 @@ def random_scores(model: Any, task: TaskData, *, graph: ComputationGraph, seed: 
 
 
 def activation_patching(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: str = "resample") -> MethodOutput:
-    """m(clean) - m(component ablated), one forward pass per component."""
+    """m(clean) - m(component ablated); components batched as row blocks, each pass starting at its
+    earliest component's block (eval.ablation.node_metrics)."""
     ctx = make_context(model, task, graph, ablation)  # type: ignore[arg-type]
     full = behaviour(task, ctx.forward())
-    return MethodOutput(node_scores={c: full - behaviour(task, run_nodes_ablated(ctx, [c])) for c in graph.components})
+    ablated = node_metrics(ctx, [[c] for c in graph.components], lambda logits: behaviour_tensor(task, logits))
+    return MethodOutput(node_scores={c: full - v for c, v in zip(graph.components, ablated)})
 
 
 def gradient_attribution(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: str = "resample") -> MethodOutput:
@@ -61,10 +63,12 @@ def ablation_scan(model: Any, task: TaskData, *, graph: ComputationGraph) -> Met
     for kind in ("resample", "mean", "zero"):
         ctx: AblationContext = make_context(model, task, graph, kind)
         full = behaviour(task, ctx.forward())
-        span = abs(full - behaviour(task, run_nodes_ablated(ctx, graph.components))) or 1.0
-        for c in graph.components:
-            effect = abs(full - behaviour(task, run_nodes_ablated(ctx, [c]))) / span
-            scores[c] = max(scores[c], effect)
+        # Every single ablation and the all-ablated anchor, batched (eval.ablation.node_metrics).
+        values = node_metrics(ctx, [*([c] for c in graph.components), graph.components],
+                              lambda logits: behaviour_tensor(task, logits))
+        span = abs(full - values[-1]) or 1.0
+        for c, value in zip(graph.components, values):
+            scores[c] = max(scores[c], abs(full - value) / span)
     return MethodOutput(node_scores=scores)
 
 

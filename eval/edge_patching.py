@@ -8,7 +8,11 @@ the signed regression distance), a mean over label positions.
 
 - `edge_patching`: the exact m(clean) - m(u->v patched) of every edge. Edges are batched as row
   blocks: one forward pass holds `max_rows // n` edges, each block of n rows patching its own edge
-  through per-row weights, so the Python loop runs over forward passes, not over edges.
+  through per-row weights, so the Python loop runs over forward passes, not over edges. Patching
+  an edge into a reader of block l leaves every block before l as in the clean run, so edges are
+  ordered by their reader's block and each pass starts there from the cached clean state
+  (eval.hooks.Start): an edge costs the blocks from its reader on, about a third of a full pass
+  averaged over a model's edges (later readers have more edges).
 - `eap`: MIB Eq. 3 (Nanda 2023; Syed et al. 2024), from one counterfactual forward, one clean
   forward with gradients and one backward pass, whatever the edge count.
 - `eap_ig_inputs` (Hanna et al. 2024): the gradient at v's input averaged over Z runs whose input
@@ -37,7 +41,7 @@ from typing import Any
 import torch
 
 from eval.ablation import AblationContext, AblationKind, behaviour_tensor, make_context
-from eval.circuit import INPUT, head_node, mlp_node, node_sort_key
+from eval.circuit import INPUT, head_node, mlp_node, node_sort_key, parse_node
 from eval.graph import ComputationGraph
 from eval.methods import Method, MethodOutput
 from eval.task import TaskData
@@ -99,14 +103,18 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
     """metric of the model with each set of q/k/v edges patched to the reference: [len(patch_sets)].
 
     The sets are stacked as row blocks of n rows (max_rows // n per forward pass), each block
-    patching its own edges through per-row weights (eval.hooks).
+    patching its own edges through per-row weights (eval.hooks). Nothing before the earliest
+    patched reader of a pass differs from the clean run, so the pass starts at that reader's block
+    from the clean state (ctx.starts): order the sets by their earliest reader's layer
+    (`reader_layer`) and most passes skip most blocks.
     """
     task = ctx.task
     n = task.n
     per = max(1, max_rows // n)
+    L = ctx.adapter.n_layers
     out: list[torch.Tensor] = []
-    for start in range(0, len(patch_sets), per):
-        chunk = patch_sets[start:start + per]
+    for first in range(0, len(patch_sets), per):
+        chunk = patch_sets[first:first + per]
         k = len(chunk)
         index: dict[Edge, int] = {}
         values: list[list[float]] = []  # per edge, its weight in each block
@@ -116,15 +124,23 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
                 if j == len(values):
                     values.append([0.0] * k)
                 values[j][i] = float(w)
-        W = torch.tensor(values).repeat_interleave(n, dim=1) if values else None  # [edges, k·n]
-        edges = {edge: W[j] for edge, j in index.items()} if W is not None else {}
-        reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in edges}}
+        keys = tuple(index)
+        W = torch.tensor(values).T if values else torch.zeros(k, 0)  # [k blocks of n rows, edges]
+        reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in keys}}
+        # Logits' edges start at the last block: a pass runs at least one block (eval.hooks.Start).
+        layer = min((reader_layer(d, L) for _, d in keys), default=L - 1)
         with torch.no_grad():
-            run = ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k),
-                                  reference=reference, edges=edges)
+            run = ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k), reference=reference,
+                                  edge_matrix=(keys, W), start=ctx.starts[min(layer, L - 1)])
         logits = run.logits.view(k, n, *run.logits.shape[1:])
         out += [metric(logits[i]).detach() for i in range(k)]
     return torch.stack(out) if out else torch.zeros(0)
+
+
+def reader_layer(reader: str, n_layers: int) -> int:
+    """The block a q/k/v-level reader reads in: its layer; logits n_layers (after the last)."""
+    node = parse_node(reader)
+    return n_layers if node.kind == "logits" else node.layer
 
 
 def _edge_matrix(graph: ComputationGraph, sources: Sequence[str], dsts: Sequence[str],
@@ -143,12 +159,18 @@ def edge_effects(ctx: AblationContext, edges: Sequence[Edge], *, max_rows: int =
     m = metric or behaviour_metric(ctx.task)
     with torch.no_grad():
         clean = float(m(ctx.forward()))
-    # By sender: a pass then patches one or two senders, so its per-row patch is [rows, readers, 1-2]
-    # wide instead of [rows, readers, every sender].
-    ordered = sorted(edges, key=lambda e: node_sort_key(e[0]))
+    ordered = _by_reader_layer(ctx, edges)
     patched = patched_metrics(ctx, [{e: 1.0} for e in ordered], m, max_rows=max_rows)
     effects = {e: clean - float(v) for e, v in zip(ordered, patched)}
     return {e: effects[e] for e in edges}
+
+
+def _by_reader_layer(ctx: AblationContext, edges: Sequence[Edge]) -> list[Edge]:
+    """Edges in the order patched_metrics runs them fastest: by the receiver's layer (a pass starts
+    at its earliest receiver's block), then by sender (a pass then patches one or two senders, so
+    its per-row patch is [rows, readers, 1-2] wide instead of [rows, readers, every sender])."""
+    L = ctx.adapter.n_layers
+    return sorted(edges, key=lambda e: (reader_layer(e[1], L), node_sort_key(e[0])))
 
 
 def edge_patching(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: AblationKind = "resample",
@@ -167,7 +189,7 @@ def logit_movement(ctx: AblationContext, edges: Sequence[Edge], *, max_rows: int
     def moved(logits: torch.Tensor) -> torch.Tensor:
         return (logits[task.positions] - clean).abs().max()
 
-    ordered = sorted(edges, key=lambda e: node_sort_key(e[0]))
+    ordered = _by_reader_layer(ctx, edges)
     values = patched_metrics(ctx, [{e: 1.0} for e in ordered], moved, max_rows=max_rows)
     return {e: float(v) for e, v in zip(ordered, values)}
 

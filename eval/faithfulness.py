@@ -15,7 +15,8 @@ from typing import Literal
 
 import numpy as np
 
-from eval.ablation import AblationContext, behaviour, run_edges_kept, run_nodes_ablated
+from eval.ablation import (AblationContext, behaviour, behaviour_tensor, node_metrics, run_edges_kept,
+                           run_nodes_ablated)
 from eval.circuit import INPUT, LOGITS, promote
 from eval.graph import ComputationGraph
 
@@ -43,7 +44,19 @@ class NodeBehaviour:
         return behaviour(self.ctx.task, run_nodes_ablated(self.ctx, ablated), metric)
 
     def beta(self, kept: Collection[str]) -> float:
-        value = self.raw(kept)
+        return self._normalise(self.raw(kept))
+
+    def betas_without(self, kept: Collection[str], removals: Sequence[Collection[str]]) -> list[float]:
+        """β(kept minus r) for each r in removals, batched (eval.ablation.node_metrics): the passes
+        start at each removal's first block from the pass with everything outside `kept` ablated."""
+        kept = set(kept)
+        metric = "accuracy" if self.kind == "accuracy" else "logit_diff"
+        ablated = [c for c in self.ctx.graph.components if c not in kept]
+        raw = node_metrics(self.ctx, [[c for c in r if c in kept] for r in removals],
+                           lambda logits: behaviour_tensor(self.ctx.task, logits, metric), base=ablated)
+        return [self._normalise(v) for v in raw]
+
+    def _normalise(self, value: float) -> float:
         if self.kind == "accuracy":
             return value
         return (value - self.empty) / (self.full - self.empty)
@@ -88,7 +101,8 @@ def greedy_path(nb: NodeBehaviour, start: Collection[str], *, stop_below: float 
     base = nb.beta(nb.ctx.graph.components)
     removed, after = [], []
     while keep:
-        trials = [(nb.beta([k for k in keep if k != c]) / base, c) for c in keep]
+        # One batch per round: every candidate removal, each pass starting at its node's block.
+        trials = [(b / base, c) for b, c in zip(nb.betas_without(keep, [[c] for c in keep]), keep)]
         f, node = max(trials, key=lambda t: (t[0], t[1]))
         removed.append(node)
         after.append(f)

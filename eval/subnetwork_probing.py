@@ -100,9 +100,11 @@ def _train(ctx: Any, units: list[Any], level: Literal["node", "edge"], penalties
             reference = {s: repeat_rows(ctx.reference[s].expand(task.n, -1, -1)[rows], k) for s in sources}
             z = hard_concrete(log_alpha, generator)  # [k, units]
             w = (1.0 - z).repeat_interleave(n, dim=0)  # [k·n, units]: weight towards the reference
-            patch = {u: w[:, j] for j, u in enumerate(units)}
-            run = ctx.adapter.run(tokens, mask, reference=reference, grad=True,
-                                  **({"nodes": patch} if level == "node" else {"edges": patch}))
+            if level == "node":
+                patch = {"nodes": {u: w[:, j] for j, u in enumerate(units)}}
+            else:  # one [λ blocks, edges] matrix: a slice per edge would cost a full-size gradient each
+                patch = {"edge_matrix": (tuple(units), 1.0 - z)}
+            run = ctx.adapter.run(tokens, mask, reference=reference, grad=True, **patch)
             logits = run.logits.view(k, n, *run.logits.shape[1:])
             fit = torch.stack([metric(logits[i]) for i in range(k)]).float()
             loss = (fit + lams * open_probability(log_alpha).mean(dim=1)).sum()

@@ -141,13 +141,39 @@ def state_dict_3x(model: Any) -> dict[str, torch.Tensor]:
 
 
 def run_with_hooks(model: Any, tokens: torch.Tensor, attention_mask: torch.Tensor | None,
-                   fwd_hooks: Sequence[tuple[str, Any]] = ()) -> torch.Tensor:
+                   fwd_hooks: Sequence[tuple[str, Any]] = (), *,
+                   start: tuple[int, torch.Tensor] | None = None, skip_blocks: bool | None = None) -> torch.Tensor:
     """Logits of `model` on `tokens` with TransformerLens forward hooks, the attention mask read as
-    3.x reads it, for a HookedTransformer, a bridge from build_hooked, or anyone's TransformerBridge."""
-    if not is_bridge(model) or getattr(type(model), "zoo_tl3_masking", False):
-        return model.run_with_hooks(tokens, attention_mask=attention_mask, fwd_hooks=list(fwd_hooks))
+    3.x reads it, for a HookedTransformer, a bridge from build_hooked, or anyone's TransformerBridge.
+
+    start = (layer, resid): run from block `layer` with `resid` as its resid_pre [batch, pos, d_model]
+    instead of from the embedding. A HookedTransformer skips the earlier blocks (3.x's
+    `start_at_layer`, which hands the blocks the same attention mask); a bridge runs them and then
+    replaces block `layer`'s resid_pre by `resid` (the same logits, no time saved: 4.x's bridge
+    has no start_at_layer with 3.x's masking to rely on). Hooks before that block may fire on a
+    bridge and must not matter; eval.hooks installs none there. skip_blocks=False forces the
+    bridge's way on a HookedTransformer too (tests compare the two).
+    """
+    hooks = list(fwd_hooks)
+    if not is_bridge(model):
+        if start is not None and skip_blocks is not False:
+            layer, resid = start
+            return model.run_with_hooks(resid, start_at_layer=layer, attention_mask=attention_mask, fwd_hooks=hooks)
+        return model.run_with_hooks(tokens, attention_mask=attention_mask, fwd_hooks=_resumed(start, hooks))
+    hooks = _resumed(start, hooks)
+    if getattr(type(model), "zoo_tl3_masking", False):
+        return model.run_with_hooks(tokens, attention_mask=attention_mask, fwd_hooks=hooks)
     with tl3_masking(model, attention_mask) as kwargs:
-        return model.run_with_hooks(tokens, fwd_hooks=list(fwd_hooks), **kwargs)
+        return model.run_with_hooks(tokens, fwd_hooks=hooks, **kwargs)
+
+
+def _resumed(start: tuple[int, torch.Tensor] | None, hooks: list[tuple[str, Any]]) -> list[tuple[str, Any]]:
+    """Hooks that also replace block start[0]'s resid_pre by start[1] (first on that point, so a
+    hook of the caller's there sees the replaced value)."""
+    if start is None:
+        return hooks
+    layer, resid = start
+    return [(f"blocks.{layer}.hook_resid_pre", lambda act, hook: resid), *hooks]
 
 
 @contextlib.contextmanager

@@ -1,13 +1,26 @@
-"""Wall time and forward / backward passes of every edge-level method on random models, as JSON.
+"""Wall time and forward / backward passes of every built-in method on random models, as JSON, and
+a log-log plot of cost against q/k/v edge count.
 
-    python tests/benchmarks/bench_edge_methods.py [--sizes 6x4 8x8] [--n 32] [--methods ...]
+    python tests/benchmarks/bench_edge_methods.py [--sizes 2x2 4x4 6x4 8x8 12x12] [--n 32]
+        [--methods ...] [--out costs.json] [--budget-s 600] [--plot costs.png]
+    python tests/benchmarks/bench_edge_methods.py --plot costs.png --from costs.json   # plot only
 
 Models are random (no LayerNorm, GELU, d_head 8, d_model = 8·heads, d_mlp = 4·d_model, 10
 positions); labels are the model's own argmax on clean and resampled inputs. 6x4 has MIB's 1108
-q/k/v edges. Passes are counted with a forward hook on the unembedding (one per forward pass, whatever
-its rows) and a gradient hook on its logits (one per backward pass). `edge_patching_loop` is exact
-edge patching with one forward pass per edge (n rows each), the naive loop the batched version
-replaces; `speedup` is its wall time over the batched one. One torch thread.
+q/k/v edges; 12x12 (d_model 96) has 32,491. Passes are counted with a forward hook on the
+unembedding (one per pass that reaches the logits, whatever its rows and its first block) and a
+gradient hook on its logits (one per backward pass). `edge_patching_loop` is exact edge patching
+with one full forward pass per edge (n rows, from the embedding, no start state), the naive loop
+the batched version replaces; `speedup` is its wall time over the batched one.
+
+`cpu_s` is the process's CPU time: with one torch thread it is what the run takes on a core of
+its own, where `wall_s` also counts waiting for a core on a shared machine. Plots and
+extrapolations use cpu_s.
+
+Sizes run smallest first; with --budget-s, a method whose cost extrapolated from the smaller sizes
+(a straight line through its last two cpu_s points in log-log) exceeds the budget is not run at a
+size and its row says `"extrapolated_s"` instead of `"wall_s"`. --out is rewritten after every method, so
+an interrupted run keeps what it measured.
 """
 
 from __future__ import annotations
@@ -15,9 +28,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import sys
 import time
+from pathlib import Path
 from typing import Any
+
+METHODS = ("edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp", "edge_sp", "ifr",
+           "ensemble", "activation_patching", "gradient_attribution", "ablation_scan", "greedy", "random")
 
 
 @dataclasses.dataclass
@@ -70,58 +88,140 @@ def random_task(model: Any, n: int, seed: int = 0) -> Any:
                     cf_labels=labels[1], positions=positions, task_kind="classification", seed=seed)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("--sizes", nargs="+", default=["6x4", "8x8"], help="LAYERSxHEADS per model")
-    parser.add_argument("--n", type=int, default=32, help="clean inputs (and counterfactuals)")
-    parser.add_argument("--methods", nargs="+", default=["edge_patching", "eap", "eap_ig_inputs",
-                                                          "eap_ig_activations", "acdc", "node_sp", "edge_sp",
-                                                          "ifr", "ensemble"])
-    parser.add_argument("--no-loop", action="store_true", help="skip the one-forward-per-edge baseline")
-    args = parser.parse_args()
-
+def edge_patching_loop(model: Any, task: Any, graph: Any) -> dict[tuple[str, str], float]:
+    """Exact edge patching, one full forward pass per edge: what `edge_patching` must equal."""
     import torch
 
-    torch.set_num_threads(1)
-    from eval.ablation import make_context
+    from eval.ablation import behaviour, make_context
+
+    ctx = make_context(model, task, graph)
+    with torch.no_grad():
+        clean = behaviour(task, ctx.forward())
+        return {e: clean - behaviour(task, ctx.adapter.run(task.tokens, task.mask, reference=ctx.reference,
+                                                           edges={e: 1.0}).logits)
+                for e in graph.at("qkv").edges}
+
+
+def extrapolate(points: list[tuple[int, float]], edges: int) -> float | None:
+    """Cost at `edges` on the line through the last two (edges, seconds) points in log-log."""
+    pts = [(e, s) for e, s in points if s > 0][-2:]
+    if len(pts) < 2 or pts[0][0] == pts[1][0]:
+        return None
+    (e0, s0), (e1, s1) = pts
+    slope = math.log(s1 / s0) / math.log(e1 / e0)
+    return s1 * (edges / e1) ** slope
+
+
+def measure(model: Any, task: Any, graph: Any, key: str) -> dict[str, Any]:
     from eval.baselines import REGISTRY
-    from eval.edge_patching import edge_effects
-    from eval.graph import graph_of
     from eval.methods import call_method
 
-    results = []
+    counter = Counter()
+    handle = counter.attach(model)
+    start, cpu = time.perf_counter(), time.process_time()
+    if key == "edge_patching_loop":
+        edge_patching_loop(model, task, graph)
+        kind = "scores"
+    else:
+        kind = call_method(REGISTRY[key], model, task, graph=graph, seed=0, ablation="resample").kind
+    wall, cpu = time.perf_counter() - start, time.process_time() - cpu
+    handle.remove()
+    return {"method": key, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "forward": counter.forward,
+            "backward": counter.backward, "kind": kind}
+
+
+def plot(results: list[dict[str, Any]], path: Path) -> None:
+    """Log-log wall time against q/k/v edge count, one line per method (hollow markers: extrapolated)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(10, 6))
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    methods = list(dict.fromkeys(r["method"] for res in results for r in res["rows"]))
+    for i, key in enumerate(methods):
+        pts = [(res["qkv_edges"], r.get("cpu_s", r.get("extrapolated_s")), "cpu_s" in r)
+               for res in results for r in res["rows"] if r["method"] == key]
+        pts = [p for p in pts if p[1] and p[1] > 2e-3]  # `random` costs nothing measurable
+        if not pts:
+            continue
+        color = f"C{i % 10}"
+        ax.plot([p[0] for p in pts], [p[1] for p in pts], color=color, label=key,
+                linestyle="--" if i >= 10 else "-")
+        for e, sec, measured in pts:
+            ax.plot([e], [sec], "o", color=color, fillstyle="full" if measured else "none")
+    ax.axhline(600, color="k", linewidth=0.8, linestyle=":")
+    ax.text(0.01, 600, " 10 min", transform=ax.get_yaxis_transform(), va="bottom", fontsize=8)
+    ax.set_xlabel("q/k/v edges (random models 2x2, 4x4, 6x4, 8x8, 12x12)")
+    ax.set_ylabel("CPU time, s (1 torch thread; hollow: extrapolated)")
+    ax.set_title("Cost of each built-in method against edge count")
+    ax.legend(fontsize=8, loc="center left", bbox_to_anchor=(1.01, 0.5))
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", nargs="+", default=["2x2", "4x4", "6x4", "8x8", "12x12"], help="LAYERSxHEADS")
+    parser.add_argument("--n", type=int, default=32, help="clean inputs (and counterfactuals)")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS))
+    parser.add_argument("--no-loop", action="store_true", help="skip the one-forward-per-edge baseline")
+    parser.add_argument("--loop-sizes", nargs="+", default=["2x2", "4x4", "6x4"],
+                        help="sizes the loop baseline runs at (it is one full forward per edge)")
+    parser.add_argument("--budget-s", type=float, default=None, help="skip runs extrapolated beyond this")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too (after every method)")
+    parser.add_argument("--plot", type=Path, default=None, help="log-log PNG of cost against edge count")
+    parser.add_argument("--from", dest="source", type=Path, default=None, help="plot this JSON, run nothing")
+    args = parser.parse_args()
+
+    if args.source is not None:
+        plot(json.loads(args.source.read_text())["results"], args.plot or args.source.with_suffix(".png"))
+        return
+    import torch
+
+    torch.set_num_threads(args.threads)
+    from eval.graph import graph_of
+
+    results: list[dict[str, Any]] = []
+    history: dict[str, list[tuple[int, float]]] = {}
+    report = {"torch_threads": args.threads, "n": args.n, "results": results}
     for size in args.sizes:
         layers, heads = (int(x) for x in size.split("x"))
         model = random_model(layers, heads)
         task = random_task(model, args.n)
         graph = graph_of(model)
         edges = len(graph.at("qkv").edges)
-        rows = []
-        for key in args.methods:
-            counter = Counter()
-            handle = counter.attach(model)
-            start = time.perf_counter()
-            out = call_method(REGISTRY[key], model, task, graph=graph, seed=0, ablation="resample")
-            wall = time.perf_counter() - start
-            handle.remove()
-            rows.append({"method": key, "wall_s": round(wall, 3), "forward": counter.forward,
-                         "backward": counter.backward, "kind": out.kind})
-            print(f"{size} {key}: {wall:.1f} s", file=sys.stderr, flush=True)
-        if not args.no_loop and "edge_patching" in args.methods:
-            ctx = make_context(model, task, graph)
-            counter = Counter()
-            handle = counter.attach(model)
-            start = time.perf_counter()
-            edge_effects(ctx, graph.at("qkv").edges, max_rows=task.n)  # one edge per forward pass
-            wall = time.perf_counter() - start
-            handle.remove()
-            batched = next(r for r in rows if r["method"] == "edge_patching")
-            rows.append({"method": "edge_patching_loop", "wall_s": round(wall, 3), "forward": counter.forward,
-                         "backward": counter.backward, "kind": "scores",
-                         "speedup": round(wall / batched["wall_s"], 2)})
+        rows: list[dict[str, Any]] = []
         results.append({"model": size, "n_layers": layers, "n_heads": heads, "d_model": 8 * heads,
                         "qkv_edges": edges, "n": args.n, "rows": rows})
-    print(json.dumps({"torch_threads": 1, "results": results}, indent=1))
+        keys = list(args.methods)
+        if not args.no_loop and "edge_patching" in keys and size in args.loop_sizes:
+            keys.append("edge_patching_loop")
+        for key in keys:
+            guess = extrapolate(history.get(key, []), edges)
+            if args.budget_s is not None and guess is not None and guess > args.budget_s:
+                rows.append({"method": key, "extrapolated_s": round(guess, 1)})
+                print(f"{size} {key}: skipped, extrapolated {guess:.0f} s", file=sys.stderr, flush=True)
+            else:
+                row = measure(model, task, graph, key)
+                rows.append(row)
+                history.setdefault(key, []).append((edges, row["cpu_s"]))
+                print(f"{size} {key}: {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s cpu, "
+                      f"{row['forward']} fwd / {row['backward']} bwd",
+                      file=sys.stderr, flush=True)
+            if key == "edge_patching_loop" and "wall_s" in rows[-1]:
+                batched = next((r for r in rows if r["method"] == "edge_patching" and "wall_s" in r), None)
+                if batched:
+                    rows[-1]["speedup"] = round(rows[-1]["wall_s"] / batched["wall_s"], 2)
+                    rows[-1]["speedup_cpu"] = round(rows[-1]["cpu_s"] / batched["cpu_s"], 2)
+            if args.out:
+                args.out.write_text(json.dumps(report, indent=1))
+    print(json.dumps(report, indent=1))
+    if args.plot:
+        plot(results, args.plot)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,162 @@
+"""Fast passes compute what the plain ones do: a pass that starts at a block from a cached state
+(eval.hooks.Start) equals the full pass, and 3.x passes without the per-head result switches equal
+the model's own. These optimisations behind fast edge patching, ACDC and greedy search must not
+change a score.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eval.ablation import behaviour, behaviour_tensor, make_context, node_metrics, run_nodes_ablated
+from eval.circuit import head_node, mlp_node
+from eval.faithfulness import greedy_path, node_behaviour
+from eval.graph import graph_of
+from eval.tlens import run_with_hooks
+from tests.test_edge_methods import tiny_model, tiny_task
+
+ATOL = 1e-5
+
+
+@pytest.fixture(scope="module", params=[True, False], ids=["causal", "bidirectional"])
+def ctx(request):
+    # seed 2: the counterfactuals move many labels (seed 0's causal model never changes its label)
+    model = tiny_model(layers=3, heads=2, causal=request.param, seed=2)
+    task = tiny_task(model)  # one padded row: the start keeps the attention mask
+    return make_context(model, task, graph_of(model))
+
+
+@pytest.mark.smoke
+def test_every_start_reproduces_the_clean_logits(ctx):
+    a, task = ctx.adapter, ctx.task
+    full = a.forward(task.tokens, task.mask)
+    starts = a.starts(task.tokens, task.mask)
+    assert [s.layer for s in starts] == list(range(a.n_layers))
+    for start in starts:
+        run = a.run(task.tokens, task.mask, start=start)
+        torch.testing.assert_close(run.logits, full, atol=ATOL, rtol=0)
+        assert set(start.outputs) == {w for w in ("input", *ctx.graph.components)
+                                      if w == "input" or int(w[1:].split(".")[0]) < start.layer}
+
+
+@pytest.mark.smoke
+@pytest.mark.parametrize("layer", [0, 1, 2])
+def test_edge_and_node_patches_from_a_start_equal_the_full_pass(ctx, layer):
+    """Patches at or after the start block, senders before and after it, per-row weights, a batch of
+    two row blocks filled from a one-block start state."""
+    a, task = ctx.adapter, ctx.task
+    n = task.n
+    weight = torch.cat([torch.full((n,), 1.0), torch.full((n,), 0.5)])
+    edges = {("input", head_node(layer, 0, "k")): weight, ("input", "logits"): 1.0,
+             (head_node(layer, 1), mlp_node(layer)): weight}
+    if layer:
+        edges[(mlp_node(layer - 1), head_node(layer, 1, "q"))] = 1.0
+        edges[(head_node(0, 0), head_node(2, 0, "v"))] = weight
+    nodes = {head_node(2, 1): weight}
+    tokens, mask = task.tokens.repeat(2, 1), task.mask.repeat(2, 1)
+    reference = {w: v.repeat(2, 1, 1) for w, v in ctx.reference.items()}
+    full = a.run(tokens, mask, reference=reference, edges=edges, nodes=nodes, read_outputs=["m2"],
+                 read_inputs=["logits"])
+    start = a.starts(task.tokens, task.mask)[layer]
+    run = a.run(tokens, mask, reference=reference, edges=edges, nodes=nodes, read_outputs=["m2"],
+                read_inputs=["logits"], start=start)
+    torch.testing.assert_close(run.logits, full.logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(run.outputs["m2"], full.outputs["m2"], atol=ATOL, rtol=0)
+    torch.testing.assert_close(run.inputs["logits"], full.inputs["logits"], atol=ATOL, rtol=0)
+    assert (run.logits - a.forward(tokens, mask)).abs().max() > 1e-3  # the patches do something
+
+
+@pytest.mark.smoke
+def test_a_start_from_a_patched_pass_continues_that_pass(ctx):
+    """Greedy search starts later candidates from the current circuit's own pass."""
+    a, task = ctx.adapter, ctx.task
+    nodes = {head_node(0, 1): 1.0, mlp_node(1): 1.0}
+    start = a.starts(task.tokens, task.mask, reference=ctx.reference, nodes=nodes)[2]
+    full = a.run(task.tokens, task.mask, reference=ctx.reference, nodes={**nodes, head_node(2, 0): 1.0})
+    run = a.run(task.tokens, task.mask, reference=ctx.reference, nodes={head_node(2, 0): 1.0}, start=start)
+    torch.testing.assert_close(run.logits, full.logits, atol=ATOL, rtol=0)
+
+
+def test_the_bridges_way_of_starting_equals_skipping_blocks(ctx):
+    """4.x bridges run every block and replace the start block's resid_pre; checked here on 3.x."""
+    a, task = ctx.adapter, ctx.task
+    start = a.starts(task.tokens, task.mask)[1]
+    resid = start.resid + 0.1  # a state no prefix of this input reaches: the start must be used
+    skipped = run_with_hooks(a.model, task.tokens, task.mask, start=(1, resid))
+    replaced = run_with_hooks(a.model, task.tokens, task.mask, start=(1, resid), skip_blocks=False)
+    torch.testing.assert_close(skipped, replaced, atol=ATOL, rtol=0)
+    assert (skipped - a.forward(task.tokens, task.mask)).abs().max() > 1e-3
+
+
+def test_patches_before_the_start_are_refused(ctx):
+    a, task = ctx.adapter, ctx.task
+    start = a.starts(task.tokens, task.mask)[1]
+    with pytest.raises(ValueError, match="cannot patch or read"):
+        a.run(task.tokens, task.mask, reference=ctx.reference, edges={("input", "a0.h0<q>"): 1.0}, start=start)
+    with pytest.raises(ValueError, match="cannot patch or read"):
+        a.run(task.tokens, task.mask, reference=ctx.reference, nodes={"m0": 1.0}, start=start)
+
+
+@pytest.mark.smoke
+def test_passes_without_the_heavy_3x_switches_equal_the_model_and_restore_them(ctx):
+    """eval.hooks turns 3.x's use_attn_result / use_split_qkv_input off for its passes (they cost
+    most of a pass); the model computes the same and keeps its switches."""
+    model, task = ctx.model, ctx.task
+    before = {n: getattr(model.cfg, n, None) for n in ("use_attn_result", "use_split_qkv_input")}
+    with torch.no_grad():
+        direct = model(task.tokens, attention_mask=task.mask)  # the config's own (heavy) path on 3.x
+    run = ctx.adapter.run(task.tokens, task.mask, reference=ctx.reference, nodes={"a1.h0": 1.0})
+    torch.testing.assert_close(ctx.adapter.forward(task.tokens, task.mask), direct, atol=ATOL, rtol=0)
+    assert (run.logits - direct).abs().max() > 1e-3
+    assert {n: getattr(model.cfg, n, None) for n in before} == before
+
+
+@pytest.mark.smoke
+def test_batched_node_ablations_equal_one_pass_each(ctx):
+    """eval.ablation.node_metrics (activation patching, ablation scan, greedy) against
+    run_nodes_ablated, one full pass per set, with and without a base set ablated throughout."""
+    task = ctx.task
+    comps = list(ctx.graph.components)
+    sets = [[c] for c in comps] + [[], comps, ["m2", "a0.h1"], ["a1.h0", "a2.h1"]]
+    for base in ([], ["a0.h0", "m1"]):
+        got = node_metrics(ctx, sets, lambda logits: behaviour_tensor(task, logits), base=base, max_rows=3 * task.n)
+        want = [behaviour(task, run_nodes_ablated(ctx, {*s, *base})) for s in sets]
+        assert got == pytest.approx(want, abs=1e-5)
+    assert len(set(round(v, 4) for v in want)) > 3  # the sets differ in effect
+
+
+def test_batched_greedy_path_equals_the_one_pass_per_candidate_walk(ctx):
+    nb = node_behaviour(ctx)
+    comps = list(ctx.graph.components)
+    path = greedy_path(nb, comps)
+    keep, full, removed, after = list(comps), nb.beta(comps), [], []
+    while keep:  # the walk as it was written before batching: one β per candidate
+        f, node = max(((nb.beta([k for k in keep if k != c]) / full, c) for c in keep), key=lambda t: (t[0], t[1]))
+        removed.append(node)
+        after.append(f)
+        keep.remove(node)
+    assert path.removed == tuple(removed)
+    assert path.after == pytest.approx(after, abs=1e-5)
+
+
+@pytest.mark.smoke
+def test_an_edge_matrix_equals_per_row_edge_weights(ctx):
+    """ACDC and edge SP pass many edges as one [blocks, edges] matrix; it patches what the per-edge
+    mapping with per-row weights patches, values and gradients."""
+    a, task = ctx.adapter, ctx.task
+    n, k = task.n, 3
+    keys = (("input", "a1.h0<q>"), ("a0.h1", "a2.h1<v>"), ("m0", "m1"), ("a1.h1", "logits"), ("m1", "a2.h0<k>"))
+    W = torch.rand(k, len(keys), generator=torch.Generator().manual_seed(0), requires_grad=True)
+    tokens, mask = task.tokens.repeat(k, 1), task.mask.repeat(k, 1)
+    reference = {w: v.repeat(k, 1, 1) for w, v in ctx.reference.items()}
+    extra = {("input", "m2"): torch.linspace(0, 1, k * n)}  # a per-row weight beside the block matrix
+    by_matrix = a.run(tokens, mask, reference=reference, edges=extra, edge_matrix=(keys, W), grad=True).logits
+    (g_matrix,) = torch.autograd.grad(by_matrix.square().sum(), [W])
+    rows = W.repeat_interleave(n, dim=0)  # [k·n, edges]
+    by_edge = a.run(tokens, mask, reference=reference, grad=True,
+                    edges={**extra, **{e: rows[:, j] for j, e in enumerate(keys)}}).logits
+    (g_edge,) = torch.autograd.grad(by_edge.square().sum(), [W])
+    torch.testing.assert_close(by_matrix, by_edge, atol=ATOL, rtol=0)
+    torch.testing.assert_close(g_matrix, g_edge, atol=1e-4, rtol=1e-4)
+    assert g_matrix.abs().min() > 0

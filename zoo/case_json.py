@@ -80,12 +80,7 @@ def case_from_json(data: Mapping[str, Any], *, entry: str) -> Case:
             case = generated_case(case_id) if case_id.startswith("gen-") else get_case(case_id)
         except CaseError as exc:
             raise ArtifactError(f"{what}: {exc}") from None
-        ours = case.metadata()
-        for key in TASK_FIELDS:
-            if canon(ours[key]) != canon(data[key]):
-                raise ArtifactError(f"{what}: {key} differs from built-in case {case_id}'s "
-                                    f"({_short(data[key])} vs {_short(ours[key])}); refused")
-        return case
+        return _same_task(case, data, what, f"built-in case {case_id}")
     if not OUTSIDE_ID.fullmatch(case_id) or len(case_id) > 200:
         raise ArtifactError(f"{what}: id {_short(case_id)} is neither a built-in case number nor "
                             "package.module:function")
@@ -108,10 +103,15 @@ def _planted_case(data: Mapping[str, Any], case_id: str, what: str) -> Case:
         case = get_planted(case_id).case
     except CaseError as exc:
         raise ArtifactError(f"{what}: {exc}") from None
+    return _same_task(case, data, what, f"planted model {case_id}")
+
+
+def _same_task(case: Case, data: Mapping[str, Any], what: str, whose: str) -> Case:
+    """`case` if the file's task fields equal the rebuilt case's; else one line naming the field."""
     ours = case.metadata()
     for key in TASK_FIELDS:
         if canon(ours[key]) != canon(data[key]):
-            raise ArtifactError(f"{what}: {key} differs from planted model {case_id}'s "
+            raise ArtifactError(f"{what}: {key} differs from {whose}'s "
                                 f"({_short(data[key])} vs {_short(ours[key])}); refused")
     return case
 

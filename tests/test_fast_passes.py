@@ -14,7 +14,7 @@ from eval.circuit import head_node, mlp_node
 from eval.faithfulness import greedy_path, node_behaviour
 from eval.graph import graph_of
 from eval.tlens import run_with_hooks
-from tests.test_edge_methods import tiny_model, tiny_task
+from test_edge_methods import tiny_model, tiny_task
 
 ATOL = 1e-5
 

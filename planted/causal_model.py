@@ -25,7 +25,7 @@ from eval.tlens import hooked_config
 from rasp_programs.case import Case
 from rasp_programs.encoding import Encoding
 from siit.config import ArchConfig, ConfigError
-from siit.correspondence import Correspondence, make_correspondence
+from siit.correspondence import Correspondence, NodeLayout, make_correspondence
 
 NodeFn = Callable[..., torch.Tensor]
 """fn(digits [N, T] long, real [N, T] bool, *parent values [N, T] long) -> values [N, T] long.
@@ -155,6 +155,11 @@ class PlantedTask:
         parsed = [parse_node(n) for n in self.model.nodes]
         return {"n_layers": 1 + max(p.layer for p in parsed),
                 "n_heads": 1 + max((p.head for p in parsed if p.kind == "head"), default=0)}
+
+    @property
+    def layout(self) -> NodeLayout:
+        """high_layout as a NodeLayout (as siit.high_level.TracrTask.layout)."""
+        return NodeLayout(self.high_layout["n_layers"], self.high_layout["n_heads"])
 
     def high_level(self) -> CausalModel:
         return self.model

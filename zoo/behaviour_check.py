@@ -57,7 +57,8 @@ def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_
     """Run the entry's model on its case's inputs; ArtifactError if it disagrees with its files."""
     import torch
 
-    from siit.losses import agree, predictions, targets_from_logits
+    from siit.high_level import as_task
+    from siit.losses import agree, predictions
     from siit.transformer import Transformer
 
     label = entry.name
@@ -75,16 +76,11 @@ def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_
         raise ArtifactError(f"entry {label}: the model outputs NaN or infinite values on its case's inputs")
     if is_data_only(entry.case):
         return BehaviourCheck(N_INPUTS, None, recorded if isinstance(recorded, float) else None)
-    compiled = _compiled(entry, compile_cache)
-    if canon(compiled.encoding.to_json()) != canon(entry.encoding.to_json()):
+    task = as_task(_compiled(entry, compile_cache))  # the compiled case or the planted model, one interface
+    if canon(task.encoding.to_json()) != canon(entry.encoding.to_json()):
         raise ArtifactError(f"entry {label}: its encoding differs from the compiled case {entry.case.id}'s")
-    _check_circuit(entry, compiled)
-    if entry.case.family == "planted":
-        labels = compiled.high_level().run(tokens, mask)[0]
-    else:
-        high = Transformer.from_state_dict(compiled.config, compiled.state_dict)
-        with torch.no_grad():
-            labels = targets_from_logits(high(tokens, mask)[0], entry.case.task_kind)
+    _check_circuit(entry, task)
+    labels = task.high_level().run(tokens, mask)[0]
     tol = _regression_tolerance(entry.training)
     accs = [float(agree(predictions(out, entry.case.task_kind), labels, entry.case.task_kind, tol)[labelled]
                   .float().mean()) for out in shapes]
@@ -113,11 +109,11 @@ def _compiled(entry: CheckedEntry, compile_cache: Path | None) -> Any:
         raise ArtifactError(f"entry {entry.name}: cannot compile its case to check it ({exc})") from None
 
 
-def _check_circuit(entry: CheckedEntry, compiled: Any) -> None:
-    """The entry's circuit must be the compiled graph, mapped through its correspondence if any."""
+def _check_circuit(entry: CheckedEntry, task: Any) -> None:
+    """The entry's circuit must be the high-level graph, mapped through its correspondence if any."""
     from siit.correspondence import Correspondence, NodeLayout
 
-    graph, data = compiled.graph, entry.circuit_json
+    graph, data = task.graph, entry.circuit_json
     expected = graph
     if "correspondence" in data:
         corr = data["correspondence"]
@@ -125,10 +121,9 @@ def _check_circuit(entry: CheckedEntry, compiled: Any) -> None:
             raise ArtifactError(f"entry {entry.name}: circuit.json's correspondence does not cover the nodes "
                                 f"of case {entry.case.id}'s compiled graph")
         try:
-            layout = compiled.high_layout if entry.case.family == "planted" else compiled.config
             expected = Correspondence(
                 mapping={n: tuple(corr[n]) for n in graph.nodes},
-                high=NodeLayout(layout["n_layers"], layout["n_heads"]),
+                high=task.layout,
                 low=NodeLayout(entry.config["n_layers"], entry.config["n_heads"]),
             ).map_circuit(graph)
         except (ValueError, KeyError) as exc:

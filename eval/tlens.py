@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import importlib.metadata
+import sys
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -122,7 +123,10 @@ def build_bridge(config: dict[str, Any], state_dict: dict[str, Any] | None = Non
 
 
 def is_bridge(model: Any) -> bool:
-    """Whether `model` is a TransformerBridge (any major) rather than a HookedTransformer."""
+    """Whether `model` is a TransformerBridge (any major) rather than a HookedTransformer or a
+    model that only speaks its hook protocol (siit.transformer.Transformer)."""
+    if "transformer_lens.model_bridge" not in sys.modules:  # no bridge exists yet: do not import ~8 s
+        return False
     try:
         from transformer_lens.model_bridge import TransformerBridge
     except ImportError:  # a 3.x release without the bridge

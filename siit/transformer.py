@@ -10,6 +10,12 @@ causal attention (TransformerLens applies the padding mask inside its causal mas
 bidirectional model attends to PAD tokens), and rows with no allowed key become zeros.
 A test checks equality with HookedTransformer (logits, hook_result, hook_mlp_out).
 
+`run_with_hooks` is a second, slower forward pass that calls TransformerLens-style forward hooks
+(`fn(activation, hook) -> activation`) at the points eval.hooks patches and reads (hook_resid_pre,
+attn.hook_q/k/v/z, hook_attn_out, hook_mlp_in, hook_mlp_out, hook_resid_post), so eval's
+ablations and edge patching run on this model without importing transformer_lens: `zoo train`
+computes validation.json's inert edges this way (zoo.inert_edges).
+
 Node activations of layer l are stacked as one tensor [batch, pos, n_heads + 1, d_model]: slots
 0..H-1 are the heads' `hook_result`, slot H is `hook_mlp_out`. A `Patch` replaces chosen slots
 per example, so one batched forward pass can intervene on a different node set in every row.
@@ -19,7 +25,8 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+import types
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
@@ -88,6 +95,18 @@ class Transformer(nn.Module):
         return model
 
     @property
+    def cfg(self) -> types.SimpleNamespace:
+        """The config as attributes, as a HookedTransformer's cfg reads (eval.graph, eval.hooks)."""
+        return types.SimpleNamespace(**{"normalization_type": None, **self.config})
+
+    @property
+    def hook_dict(self) -> dict[str, None]:
+        """The hook points `run_with_hooks` calls (names only: the hooks are plain functions)."""
+        per_block = ("hook_resid_pre", "attn.hook_q", "attn.hook_k", "attn.hook_v", "attn.hook_z",
+                     "hook_attn_out", "hook_mlp_in", "hook_mlp_out", "hook_resid_post")
+        return {f"blocks.{l}.{p}": None for l in range(self.n_layers) for p in per_block}
+
+    @property
     def n_slots(self) -> int:
         """Node slots per layer: the heads, then the MLP."""
         return self.n_heads + 1
@@ -109,8 +128,7 @@ class Transformer(nn.Module):
         short (fewer PAD tokens, or none: the unpadded input), so one padded batch can hold inputs
         of every padded and unpadded shape. Outputs at absent positions are meaningless."""
         real = attention_mask.bool()
-        pos = torch.where(real[..., None], self.pos_embed.W_pos[: tokens.shape[1]], 0.0)
-        x = self.embed.W_E[tokens] + pos
+        x = self._embed(tokens, real)
         allowed = self._allowed(real, present)
         acts = []
         for layer, block in enumerate(self.blocks):
@@ -119,8 +137,7 @@ class Transformer(nn.Module):
                 m = patch.mask[:, layer, : self.n_heads]
                 result = torch.where(m[:, None, :, None], patch.values[layer, :, :, : self.n_heads], result)
             x = x + result.sum(dim=2) + block.attn.b_O
-            mlp = block.mlp
-            mlp_out = self.act(x @ mlp.W_in + mlp.b_in) @ mlp.W_out + mlp.b_out  # [B, T, d]
+            mlp_out = self._mlp(block.mlp, x)  # [B, T, d]
             if patch is not None:
                 m = patch.mask[:, layer, self.n_heads]
                 mlp_out = torch.where(m[:, None, None], patch.values[layer, :, :, self.n_heads], mlp_out)
@@ -129,6 +146,55 @@ class Transformer(nn.Module):
                 acts.append(torch.cat([result, mlp_out[:, :, None]], dim=2))
         logits = x @ self.unembed.W_U + self.unembed.b_U
         return logits, (torch.stack(acts) if return_acts else None)
+
+    def run_with_hooks(self, input: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
+                       fwd_hooks: Sequence[tuple[str, Callable[..., torch.Tensor]]] = (),
+                       start_at_layer: int | None = None) -> torch.Tensor:
+        """logits [batch, pos, d_vocab_out], calling each (hook name, fn) of `fwd_hooks` as
+        HookedTransformer.run_with_hooks does: fn(activation, hook=name) returns the activation the
+        pass goes on with. input: tokens [batch, pos], or with start_at_layer=l the residual stream
+        [batch, pos, d_model] entering block l (earlier blocks do not run)."""
+        hooks: dict[str, list[Callable[..., torch.Tensor]]] = {}
+        for name, fn in fwd_hooks:
+            if name not in self.hook_dict:
+                raise ValueError(f"no hook point {name!r} in this model")
+            hooks.setdefault(name, []).append(fn)
+
+        def at(name: str, act: torch.Tensor) -> torch.Tensor:
+            for fn in hooks.get(name, ()):
+                act = fn(act, hook=name)
+            return act
+
+        real = (torch.ones(input.shape[:2], dtype=torch.bool, device=input.device) if attention_mask is None
+                else attention_mask.bool())
+        if start_at_layer is None:
+            x, first = self._embed(input, real), 0
+        else:
+            x, first = input, start_at_layer
+        allowed = self._allowed(real, None)
+        for layer in range(first, self.n_layers):
+            block, name = self.blocks[layer], f"blocks.{layer}."
+            x = at(name + "hook_resid_pre", x)
+            a = block.attn
+            q, k, v = (at(f"{name}attn.hook_{c}", torch.einsum("btd,hdk->bthk", x, W) + b)  # [B, T, H, d_head]
+                       for c, W, b in (("q", a.W_Q, a.b_Q), ("k", a.W_K, a.b_K), ("v", a.W_V, a.b_V)))
+            z = self._attend(*(t.transpose(1, 2) for t in (q, k, v)), allowed).transpose(1, 2)
+            z = at(name + "attn.hook_z", z)  # [B, T, H, d_head]
+            attn_out = torch.einsum("bthk,hkd->btd", z, block.attn.W_O) + block.attn.b_O
+            x = x + at(name + "hook_attn_out", attn_out)
+            mlp_in = at(name + "hook_mlp_in", x)
+            x = x + at(name + "hook_mlp_out", self._mlp(block.mlp, mlp_in))
+            x = at(name + "hook_resid_post", x)
+        return x @ self.unembed.W_U + self.unembed.b_U
+
+    def _embed(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """Token plus positional embedding [batch, pos, d_model]; pad positions get no positional
+        embedding (TL 3.x)."""
+        pos = torch.where(real[..., None], self.pos_embed.W_pos[: tokens.shape[1]], 0.0)
+        return self.embed.W_E[tokens] + pos
+
+    def _mlp(self, mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+        return self.act(x @ mlp.W_in + mlp.b_in) @ mlp.W_out + mlp.b_out
 
     def _allowed(self, real: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor | None:
         """bool [batch, 1, q, k] of allowed keys, or None (bidirectional: TL attends to everything,
@@ -146,14 +212,18 @@ class Transformer(nn.Module):
         q = torch.einsum("btd,hdk->bhtk", x, attn.W_Q) + attn.b_Q[:, None]
         k = torch.einsum("btd,hdk->bhtk", x, attn.W_K) + attn.b_K[:, None]
         v = torch.einsum("btd,hdk->bhtk", x, attn.W_V) + attn.b_V[:, None]
+        z = self._attend(q, k, v, allowed)  # [B, H, T, k]
+        return torch.einsum("bhtk,hkd->bthd", z, attn.W_O)
+
+    def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        """z [batch, H, pos, d_head] from q, k, v [batch, H, pos, d_head]."""
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         pattern = _softmax(scores)
         if allowed is not None:  # a query with no allowed key gives NaN; TL turns it into zeros
             pattern = torch.nan_to_num(pattern, nan=0.0)
-        z = pattern @ v  # [B, H, T, k]
-        return torch.einsum("bhtk,hkd->bthd", z, attn.W_O)
+        return pattern @ v
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:

@@ -51,3 +51,28 @@ def test_a_wholly_inert_ground_truth_edge_is_left_out_of_edge_scoring(compiled):
     assert report.method("edge_patching").edge.auroc == plain.method("edge_patching").edge.auroc == 1.0
     # greedy's node circuits always hold input->logits: there it was a false positive, now it is not scored
     assert report.method("greedy").edge.at_threshold.precision > plain.method("greedy").edge.at_threshold.precision
+
+
+def test_validation_inert_edges_equal_the_evaluators_without_importing_transformer_lens(compiled, compile_cache):
+    """zoo train's validation.json section (zoo.inert_edges, on siit's pure-torch model) lists what
+    the evaluator's report lists on the TransformerLens model, and never imports transformer_lens
+    (a ~5 s import, a third of `zoo train case 33`)."""
+    import json
+    import subprocess
+    import sys
+
+    from eval.evaluation import evaluate
+    from zoo.inert_edges import inert_section
+
+    cc = compiled("3")
+    section = inert_section(cc.config, cc.state_dict, cc.graph.promoted().to_json(), cc)
+    report = evaluate(_target(cc), ["edge_patching"], n=section["n"], seed=section["seed"], stability_seeds=1)
+    assert section["qkv_edges"] == report.inert.qkv_edges == ("input->a1.h0<v>", "m0->a1.h0<k>", "m0->a1.h0<q>")
+    assert section["edges"] == report.inert.edges
+    script = ("import sys; from pathlib import Path; from rasp_programs.case import get_case; "
+              "from rasp_programs.compile import compile_case; from zoo.inert_edges import inert_section; "
+              f"cc = compile_case(get_case('3'), Path({str(compile_cache)!r})); "
+              "s = inert_section(cc.config, cc.state_dict, cc.graph.promoted().to_json(), cc); "
+              "print(__import__('json').dumps([list(s['qkv_edges']), 'transformer_lens' in sys.modules]))")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == [list(section["qkv_edges"]), False]

@@ -96,3 +96,33 @@ def test_patch_equals_patching_through_eval_hooks(causal: bool) -> None:
 
 def _writer_index(layer: int, slot: int) -> int:
     return WRITERS.index(f"a{layer}.h{slot}" if slot < 3 else f"m{layer}")
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_hook_protocol_runs_eval_hooks_as_the_tl_model_does(causal: bool) -> None:
+    """eval.hooks on the pure-torch model (run_with_hooks) == eval.hooks on the TL model: writer
+    outputs, node and edge patches (q/k/v, MLP and logits readers), read inputs, start-at-layer."""
+    cfg, model = _random_model(causal, "gelu", seed=6)
+    ours, theirs = adapt(model), adapt(build_hooked(cfg, model.state_dict()))
+    tokens, mask = _padded_batch(seed=7)
+    source, source_mask = _padded_batch(seed=8)
+    writers = ["input", *WRITERS]
+    ref_ours, ref_theirs = ours.outputs(source, source_mask, writers), theirs.outputs(source, source_mask, writers)
+    for w in writers:
+        assert torch.allclose(ref_ours[w], ref_theirs[w], atol=1e-5), w
+    edges = {("a0.h1", "a1.h2<q>"): 1.0, ("a0.h0", "a1.h0<v>"): 1.0, ("input", "a1.h1<k>"): 0.5,
+             ("input", "m1"): 0.5, ("m0", "logits"): 1.0}
+    reads = ["a1.h2<k>", "a1.h0<v>", "m1", "logits"]
+    a = ours.run(tokens, mask, reference=ref_ours, edges=edges, nodes={"a1.h1": 1.0}, read_inputs=reads)
+    b = theirs.run(tokens, mask, reference=ref_theirs, edges=edges, nodes={"a1.h1": 1.0}, read_inputs=reads)
+    assert torch.allclose(a.logits, b.logits, atol=1e-5)
+    assert not torch.allclose(a.logits, ours.forward(tokens, mask), atol=1e-3)  # the patches did something
+    for r in reads:
+        assert torch.allclose(a.inputs[r], b.inputs[r], atol=1e-5), r
+    late = {("a0.h1", "a1.h2<q>"): 1.0}
+    started = ours.run(tokens, mask, reference=ref_ours, edges=late, start=ours.starts(tokens, mask)[1]).logits
+    assert torch.allclose(started, ours.run(tokens, mask, reference=ref_ours, edges=late).logits, atol=1e-6)
+    with torch.no_grad():
+        assert torch.allclose(ours.forward(tokens, mask), model(tokens, mask)[0], atol=1e-5)
+    with pytest.raises(ValueError, match="no hook point"):
+        model.run_with_hooks(tokens, attention_mask=mask, fwd_hooks=[("blocks.0.hook_nothing", lambda a, hook: a)])

@@ -2,8 +2,11 @@
 that no counterfactual of the task moves (eval.evaluation.inert_truth), so that a reader of the
 entry knows which labelled edges no counterfactual method can find on this task.
 
-Computed on the exported TransformerLens model, as `zoo eval` sees it, with the evaluator's task
-data (INERT_N inputs, seed INERT_SEED, resample counterfactuals)."""
+Computed with the evaluator's own edge patching (eval.evaluation.inert_truth) and task data
+(INERT_N inputs, seed INERT_SEED, resample counterfactuals), on the exported weights run by
+siit.transformer.Transformer, which speaks TransformerLens's hook protocol: the same function as
+the TransformerLens model `zoo eval` builds (tests/test_inert_edges.py compares the two), without
+the ~5 s transformer_lens import that would be a third of `zoo train case 33`."""
 
 from __future__ import annotations
 
@@ -25,12 +28,14 @@ def inert_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circ
     from eval.evaluation import inert_truth
     from eval.graph import graph_of
     from eval.task import make_task
-    from eval.tlens import build_hooked
+    from siit.high_level import as_task
+    from siit.transformer import Transformer
 
-    model = build_hooked(dict(config), dict(state_dict))
+    model = Transformer.from_state_dict(config, state_dict).eval()
+    source = as_task(compiled)  # labels from the high-level model: no TransformerLens either
     graph = graph_of(model)
     truth = Circuit.from_json(circuit_json).promoted()
-    task = make_task(case=compiled.case, encoding=compiled.encoding, reference=compiled.model, n=INERT_N,
+    task = make_task(case=source.case, encoding=source.encoding, reference=source.high_level(), n=INERT_N,
                      seed=INERT_SEED)
     inert = inert_truth(make_context(model, task, graph), graph, truth, atol=1e-6)
     return {**dataclasses.asdict(inert), "n": INERT_N, "seed": INERT_SEED, "ablation": "resample"}

@@ -166,3 +166,27 @@ def test_push_pull_load_round_trip_of_a_planted_entry(trained, tmp_path: Path, c
         assert all(torch.equal(remote.state_dict[k], local.state_dict[k]) for k in local.state_dict)
     finally:
         hub.stop()
+
+
+def test_zoo_realism_reports_a_planted_entry_without_a_tracr_column(trained, tmp_path: Path, capsys) -> None:
+    """The realism report applies to planted entries unchanged, less what needs a Tracr model: the
+    activity heuristics and targets of the entry, and the KL table of natural, SIIT and IIT models."""
+    root = tmp_path / "root"
+    shutil.copytree(trained[0], root)
+    argv = ["realism", "planted", NAME, "--root", str(root), "--epochs", "1", "--n", "300"]
+    assert main([*argv, "--json", "--plots", str(tmp_path / "plots")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["family"] == "planted" and report["case"] == NAME
+    assert set(report["activity"]) == {"siit"}
+    siit = report["activity"]["siit"]
+    assert set(siit["circuit"]) == {"a0.h0", "a0.h1", "m0", "a1.h0", "m1"}  # the 2x2's five planted nodes
+    assert all(0.5 <= h["separation"] <= 1.0 for h in siit["heuristics"].values())
+    assert report["weight_kl"]["order"] == ["natural", "siit", "iit"]
+    assert report["targets"]["kl_natural_siit_below_natural_tracr"]["met"] is None  # no Tracr model to compare
+    assert report["targets"]["max_heuristic_separation"]["met"] in (True, False)
+    assert sorted(Path(p).name for p in report["plots"]) == ["node_activity_siit.png", "weight_histograms.png"]
+    for kind in ("natural", "iit"):
+        assert (root / "realism" / ENTRY / kind / "model.safetensors").is_file()
+    assert main(argv) == 0  # the text report, comparison models from the cache
+    text = capsys.readouterr().out
+    assert text.startswith(f"planted {NAME} (") and "no Tracr-compiled model" in text

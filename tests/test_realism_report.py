@@ -131,7 +131,8 @@ def test_comparison_configs_are_the_cli_flags() -> None:
 @pytest.mark.parametrize("argv, needle", [
     (["realism", "case", "33"], "no trained entry for case 33"),
     (["realism", "case", "999"], "999"),
-    (["realism", "planted", "ioi"], "planted"),
+    (["realism", "planted", "ioi"], "no trained entry for planted ioi"),
+    (["realism", "planted", "nope"], "nope"),
     (["realism", "case", "33", "--n", "1"], "--n must be at least 2"),
     (["realism", "case", "33", "--no-train", "--retrain"], "contradict"),
     (["realism", "case", "33", "--epochs", "0"], "--epochs"),

@@ -1,7 +1,8 @@
 """A case's trained entry -> its realism report (the realism issue, item 3; InterpBench §5, Table 5).
 
 `realism_case` reads like the report: load the SIIT entry and compile the case (the Tracr model is
-the reference point), measure what a method that never intervenes sees of every node of both
+the reference point; a planted model has no compiled counterpart, so its report has no Tracr
+column and no natural-vs-Tracr target), measure what a method that never intervenes sees of every node of both
 models on inputs from the case's sampler (eval.realism: output norm, output variance, weight norm
 and more, each as node AUROC against the circuit), then train or reuse the "natural"
 (behaviour-only) and IIT models of the same case, seed and architecture, and compare the four
@@ -74,25 +75,26 @@ class RealismOptions:
 def realism_case(case: Any, root: Path, options: RealismOptions = RealismOptions(), *,
                  progress: ProgressFactory | None = None) -> dict[str, Any]:
     """The JSON-native realism report of `<root>/entries/<case entry>` and its compiled model."""
-    from rasp_programs.compile import CompileError, compile_case
+    from rasp_programs.compile import CompileError
+    from zoo.high_level_source import high_level_task, is_planted
     from zoo.paths import compiled_dir, entries_dir
 
     start = time.perf_counter()
     entry = load_siit_entry(entries_dir(root) / case.entry_name, case)
     try:
-        compiled = compile_case(case, compiled_dir(root))
+        compiled = high_level_task(case, compiled_dir(root))  # a planted model: its PlantedTask
     except CompileError as exc:
         raise ZooError(str(exc)) from None
     except PermissionError as exc:
         raise ZooError(f"cannot write the compile cache: {exc}") from None
     seqs = case.sample(options.n, options.seed)
-    activity = {
-        "siit": node_activity(entry.config, entry.state_dict, entry.encoding.encode(seqs), entry.circuit.nodes,
-                              case.task_kind),
-        "tracr": node_activity(compiled.config, compiled.state_dict, compiled.encoding.encode(seqs),
-                               compiled.graph.nodes, case.task_kind),
-    }
-    state_dicts: dict[str, Mapping[str, Any]] = {"tracr": compiled.state_dict, "siit": entry.state_dict}
+    activity = {"siit": node_activity(entry.config, entry.state_dict, entry.encoding.encode(seqs),
+                                      entry.circuit.nodes, case.task_kind)}
+    state_dicts: dict[str, Mapping[str, Any]] = {"siit": entry.state_dict}
+    if not is_planted(case):  # why: the Tracr model is the reference point only where one exists
+        activity["tracr"] = node_activity(compiled.config, compiled.state_dict, compiled.encoding.encode(seqs),
+                                          compiled.graph.nodes, case.task_kind)
+        state_dicts["tracr"] = compiled.state_dict
     models: dict[str, Any] = {}
     cache = root / "realism" / entry.name
     for kind in COMPARISONS:
@@ -103,6 +105,7 @@ def realism_case(case: Any, root: Path, options: RealismOptions = RealismOptions
     table = weight_kl(state_dicts, options.histogram)
     report = {
         "case": case.id,
+        "family": "planted" if is_planted(case) else "case",
         "name": case.name,
         "entry": str(entry.path),
         "inputs": {"n": options.n, "seed": options.seed, "source": "the case's sampler, padded to n_ctx "
@@ -126,12 +129,13 @@ def load_siit_entry(path: Path, case: Any) -> Any:
     """The trained entry of `case` at `path`, or a one-line ZooError."""
     from zoo.entry import load_entry_dir
 
+    family = getattr(case, "family", "case")
     if not path.is_dir():
-        raise ZooError(f"no trained entry for case {case.id} at {path}; train one with `zoo train case {case.id}`"
-                       " (or pass the --root that holds it)")
+        raise ZooError(f"no trained entry for {family} {case.id} at {path}; train one with "
+                       f"`zoo train {family} {case.id}` (or pass the --root that holds it)")
     entry = load_entry_dir(path)  # ArtifactError is a ZooError: a damaged entry is bad input
     if str(entry.case_json.get("id")) != str(case.id):
-        raise ZooError(f"entry {path} holds case {entry.case_json.get('id')!r}, not case {case.id}")
+        raise ZooError(f"entry {path} holds {entry.case_json.get('id')!r}, not {family} {case.id}")
     if entry.training is None or "config" not in entry.training:
         raise ZooError(f"entry {path} has no training record: zoo realism compares a trained (SIIT) entry")
     cfg = entry.training["config"]
@@ -193,12 +197,13 @@ def comparison_config(training: Mapping[str, Any], kind: ComparisonKind, epochs:
 def comparison_model(kind: ComparisonKind, compiled: Any, entry: Any, path: Path, options: RealismOptions,
                      progress: ProgressFactory | None) -> tuple[Mapping[str, Any] | None, dict[str, Any]]:
     """(state dict or None, what the report says about it) of the cached or newly trained model."""
-    from siit.correspondence import low_level_config
+    from siit.high_level import as_task
 
     config, arch = comparison_config(entry.training, kind, options.epochs)
-    if _architecture(low_level_config(compiled.config, arch)) != _architecture(entry.config):
-        raise ZooError(f"entry {entry.path} was trained on another compilation of case {compiled.case.id}; "
-                       f"retrain it with `zoo train case {compiled.case.id}`")
+    if _architecture(as_task(compiled).low_level_config(arch)) != _architecture(entry.config):
+        family = "planted" if getattr(compiled.case, "family", "case") == "planted" else "case"
+        raise ZooError(f"entry {entry.path} was trained on another version of {family} {compiled.case.id}; "
+                       f"retrain it with `zoo train {family} {compiled.case.id}`")
     info: dict[str, Any] = {"path": str(path), "config": {k: config.to_json()[k] for k in
                                                           ("iit_weight", "strict_weight", "seed", "epochs")}}
     cached = None if options.retrain else _cached(path, config, arch, entry.config)

@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser(
         "realism", help="how well activation and weight size find an entry's circuit; weight-histogram KL",
-        description="For the trained entry of a case and for its Tracr-compiled model: per-node output "
+        description="For the trained entry of a case or planted model, and for a case's Tracr-compiled model "
+        "(a planted model has none): per-node output "
         "norm, output variance, weight norm (and output-weight norm, logit variance) on inputs from the "
         "case's sampler, each heuristic's node AUROC against the circuit and its separation "
         "max(AUROC, 1 - AUROC) (0.5 = chance). Then InterpBench's Table 5: KL divergence between the "
@@ -53,9 +54,6 @@ def run_realism(args: argparse.Namespace) -> int:
     if args.no_train and args.retrain:
         raise ZooError("--no-train and --retrain contradict each other; pass one")
     case = resolve_case(args.kind, args.id)
-    if case.family == "planted":  # why: the report compares with the Tracr model, which a planted model lacks
-        raise ZooError(f"zoo realism compares an entry with its Tracr-compiled model; planted model {case.id} has "
-                       "none (its entry's validation.json holds the same realism heuristics)")
     if args.plots and Path(args.plots).exists() and not Path(args.plots).is_dir():
         raise ZooError(f"--plots {args.plots} exists and is not a directory")
 
@@ -97,13 +95,16 @@ def _f(value: Any, digits: int = 2) -> str:
 
 def format_report(r: dict[str, Any]) -> str:
     """The human-readable report (the JSON has everything)."""
-    siit, tracr = r["activity"]["siit"], r["activity"]["tracr"]
-    lines = [f"case {r['case']} ({r['name']}): {r['entry']} vs its Tracr-compiled model, "
+    siit, tracr = r["activity"]["siit"], r["activity"].get("tracr")
+    planted = r.get("family") == "planted"
+    versus = "(planted: no Tracr-compiled model)" if planted else "vs its Tracr-compiled model"
+    lines = [f"{'planted' if planted else 'case'} {r['case']} ({r['name']}): {r['entry']} {versus}, "
              f"{r['inputs']['n']} inputs (seed {r['inputs']['seed']})", "",
              "heuristic          SIIT separation  Tracr separation   (0.5 = chance, 1 = finds the circuit)"]
     for name, h in siit["heuristics"].items():
         bound = " *" if name in siit["bounded_heuristics"] else ""
-        lines.append(f"  {name:20s}{_f(h['separation']):>6s}{bound:2s}          {_f(tracr['heuristics'][name]['separation']):>6s}")
+        other = _f(tracr["heuristics"][name]["separation"]) if tracr else "-"
+        lines.append(f"  {name:20s}{_f(h['separation']):>6s}{bound:2s}          {other:>6s}")
     t = r["targets"]
     lines += ["  * bounded by the realism target: separation <= "
               f"{t['max_heuristic_separation']['bound']} ({'met' if t['max_heuristic_separation']['met'] else 'NOT met'})",

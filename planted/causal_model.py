@@ -138,8 +138,13 @@ class PlantedTask:
     """Width of a low-level head (d_model = n_heads * d_head, d_mlp = 4 * d_model)."""
     reference: Callable[[tuple[Any, ...]], list[Any]]
     """The label function: output values of one input sequence, written independently of `model`."""
+    last_position_weight: float = 1.0
+    """Weight of the last input position in the IIT and SIIT losses, every other labelled position
+    weighing 1 (siit.losses.output_loss); InterpBench's IOI model up-weights its answer token x10."""
 
     def __post_init__(self) -> None:
+        if not self.last_position_weight > 0:
+            raise ValueError(f"{self.case.id}: last_position_weight must be positive, got {self.last_position_weight}")
         for node in self.model.nodes:
             parsed = parse_node(node)
             if parsed.layer >= self.n_layers or (parsed.kind == "head" and parsed.head >= self.n_heads):

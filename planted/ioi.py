@@ -17,10 +17,12 @@ High-level nodes (every position is labelled; the answer at the last position is
 
 From S2 on, y_i is the IO; before S2 it is the first name. Each node changes the output under some
 interchange: the duplicate position of another template points at the other name, another
-inhibited name frees the other name, and y is the mover's own value. The paper maps each node to a
-whole layer of a 6-layer, 4-head, d_model 64 model and weights the last token's IIT / SIIT losses
-x10; here each node is one head of a 4-layer, 4-head, d_model 32 model, and every position is
-trained alike (siit labels every input position).
+inhibited name frees the other name, and y is the mover's own value. As in the paper, the last
+token's IIT and SIIT losses weigh x10 (PlantedTask.last_position_weight). Unlike it, the other
+positions keep IIT and SIIT losses of weight 1 (the paper trains them on cross-entropy alone): the
+high-level model labels every position, so the circuit is exact there too. The paper maps each node
+to a whole layer of a 6-layer, 4-head, d_model 64 model; here each node is one head of a 4-layer,
+4-head, d_model 32 model.
 """
 
 from __future__ import annotations
@@ -126,7 +128,7 @@ def ioi() -> PlantedTask:
     encoding = Encoding(input_vocab=(BOS, *vocab, PAD), output_vocab=NAMES, max_seq_len=case.max_seq_len,
                         task_kind="classification")
     return PlantedTask(case=case, encoding=encoding, model=model, n_layers=4, n_heads=4, d_head=8,
-                       reference=reference)
+                       reference=reference, last_position_weight=10.0)
 
 
 class _NoProgram:

@@ -39,6 +39,10 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
                       "rule": "accuracy, every high-level node's IIA and every SIIA (each non-aligned "
                               "node alone and all at once) >= value on the validation set"},
         "config": cfg.to_json(),
+        **({} if result.last_position_weight == 1.0 else {"loss": {
+            "last_position_weight": result.last_position_weight,
+            "rule": "the IIT and SIIT losses are weighted means over label positions, the last input "
+                    "position (the answer) weighted this much, every other position 1 (the task's choice)"}}),
         "arch": {"overrides": _arch_json(result.arch), "low_level_config": result.low_config},
         "seeds": {"seed": cfg.seed, "train_data": 2 * cfg.seed + 1, "validation_data": 2 * cfg.seed + 2,
                   "correspondence": result.case_seed, "distractors": result.case_seed,

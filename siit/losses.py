@@ -17,11 +17,27 @@ def targets_from_logits(logits: torch.Tensor, task_kind: TaskKind) -> torch.Tens
 
 
 def output_loss(logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor,
-                task_kind: TaskKind) -> torch.Tensor:
-    """Mean loss over labelled positions: cross-entropy or mean squared error."""
+                task_kind: TaskKind, weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean loss over labelled positions: cross-entropy or mean squared error; with `weight`
+    [B, T] the weighted mean (sum of weight x loss over labelled positions / sum of weight)."""
+    if weight is None:
+        if task_kind == "classification":
+            return F.cross_entropy(logits[label_mask], targets[label_mask])
+        return F.mse_loss(logits[..., 0][label_mask], targets[label_mask])
     if task_kind == "classification":
-        return F.cross_entropy(logits[label_mask], targets[label_mask])
-    return F.mse_loss(logits[..., 0][label_mask], targets[label_mask])
+        each = F.cross_entropy(logits[label_mask], targets[label_mask], reduction="none")
+    else:
+        each = F.mse_loss(logits[..., 0][label_mask], targets[label_mask], reduction="none")
+    w = weight[label_mask]
+    return (each * w).sum() / w.sum()
+
+
+def last_position_weights(lengths: torch.Tensor, n_ctx: int, last: float) -> torch.Tensor:
+    """float [N, n_ctx]: `last` at each row's last input position (index = its length, BOS at 0),
+    1 elsewhere: InterpBench's IOI up-weights the answer token's IIT and SIIT losses x10."""
+    w = torch.ones(lengths.shape[0], n_ctx)
+    w[torch.arange(lengths.shape[0]), lengths] = last
+    return w
 
 
 def predictions(logits: torch.Tensor, task_kind: TaskKind) -> torch.Tensor:

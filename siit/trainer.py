@@ -41,7 +41,7 @@ from siit.data import (SHAPES, Dataset, case_seed, epoch_order, make_dataset, pa
 from siit.distractors import (DistractorTargets, distractor_loss, loudness, make_distractors, norm_ceiling_loss,
                               norm_match_loss, r_squared, readout)
 from siit.high_level import HighLevelModel, as_task, selection_rows
-from siit.losses import output_loss
+from siit.losses import last_position_weights, output_loss
 from siit.metrics import Evaluator, meets_criterion
 from siit.optim import Adam
 from siit.reparametrize import rescale_heads
@@ -89,6 +89,8 @@ class TrainResult:
     """Seed of the correspondence, the distractors and the rescale (siit.data.case_seed)."""
     adaptation: AdaptState
     """What training changed when progress stalled (siit.adaptation), and the final budget."""
+    last_position_weight: float = 1.0
+    """Weight of the last input position in the IIT and SIIT losses (the task's; 1: none)."""
 
 
 @dataclasses.dataclass
@@ -116,6 +118,8 @@ class _Setup:
     """long [C, 2]: (layer, slot) of every circuit node (for the norm ceiling)."""
     case_seed: int
     """Seed of the per-case choices (siit.data.case_seed): correspondence, distractors, rescale."""
+    last_position_weight: float
+    """The task's weight of the last input position in the IIT and SIIT losses (1: none)."""
 
 
 class _Trainee(nn.Module):
@@ -170,7 +174,7 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> 
     circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long).reshape(-1, 2)
     return _Setup(high, low_config, corr, train_set, evaluator, selects, corr.low_masks(),
                   corr.low.mask(corr.non_aligned), pairing, final, config.input_shapes and not causal,
-                  targets, circuit_slots, per_case)
+                  targets, circuit_slots, per_case, float(getattr(task, "last_position_weight", 1.0)))
 
 
 def train(
@@ -263,6 +267,7 @@ def train(
         evaluator=s.final_evaluator, train_val_overlap=sum(q in train_seqs for q in val) / len(val),
         distractors=[dict(d.to_json(), r2=r2.get(d.node)) for d in (s.targets.distractors if s.targets else ())],
         head_scales=head_scales, case_seed=s.case_seed, adaptation=adapt,
+        last_position_weight=s.last_position_weight,
     )
 
 
@@ -327,6 +332,9 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
     targets = {"iit": iit_target, "strict": labels, "behavior": labels}
     masks = {"iit": iit_mask, "strict": strict_mask, "behavior": torch.zeros_like(iit_mask)}
     parts = [k for k, w in weights.items() if w > 0]
+    position = (None if s.last_position_weight == 1.0 else
+                last_position_weights(d.lengths[bases], tokens.shape[1], s.last_position_weight))
+    position_weight = {"iit": position, "strict": position, "behavior": None}
     # realism losses count every real position, BOS included, as eval.realism does
     src = (d.tokens[sources], d.mask[sources], src_present, d.mask[sources].bool())
     out: dict[str, float] = {}
@@ -339,7 +347,8 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
         logits, _ = model(tokens.repeat(k, 1), mask.repeat(k, 1), patch, present=rows_present)
         total = aux
         for i, part in enumerate(group):
-            loss = output_loss(logits[i * B : (i + 1) * B], targets[part], lm, task) * weights[part]
+            loss = output_loss(logits[i * B : (i + 1) * B], targets[part], lm, task,
+                               position_weight[part]) * weights[part]
             out[part] = float(loss.detach())
             total = total + loss
         optimizer.zero_grad()

@@ -139,3 +139,33 @@ def test_causal_model_refuses_a_graph_no_transformer_can_hold() -> None:
         CausalModel(node_list=(Node(name="a0.h0", parents=(), fn=copy, label=""),
                                Node(name="a0.h1", parents=("a0.h0",), fn=copy, label="")), first_value_id=1,
                     n_values=5)
+
+
+def test_ioi_weighs_the_answer_token_x10_in_iit_and_siit_and_records_it() -> None:
+    """InterpBench's IOI loss: the last token's IIT / SIIT losses up-weighted x10 (a weighted mean
+    over label positions); every other planted model and every case weighs positions alike."""
+    from siit.config import TrainConfig
+    from siit.export import training_json
+    from siit.losses import last_position_weights, output_loss
+    from siit.trainer import train
+
+    assert get_planted("ioi").last_position_weight == 10.0
+    assert all(get_planted(n).last_position_weight == 1.0 for n in planted_names() if n != "ioi")
+    lengths = torch.tensor([3, 5, 1])
+    w = last_position_weights(lengths, 7, 10.0)
+    assert w.shape == (3, 7) and w[0, 3] == w[1, 5] == w[2, 1] == 10.0 and w.sum() == 3 * 7 + 3 * 9
+    gen = torch.Generator().manual_seed(0)
+    logits, targets = torch.randn(3, 7, 5, generator=gen), torch.randint(0, 5, (3, 7), generator=gen)
+    label_mask = torch.arange(7)[None] <= lengths[:, None]
+    label_mask[:, 0] = False  # BOS carries no label
+    plain = output_loss(logits, targets, label_mask, "classification")
+    assert torch.allclose(output_loss(logits, targets, label_mask, "classification", torch.ones(3, 7)), plain)
+    each = torch.nn.functional.cross_entropy(logits.transpose(1, 2), targets, reduction="none")  # [3, 7]
+    by_hand = (each * w)[label_mask].sum() / w[label_mask].sum()
+    assert torch.allclose(output_loss(logits, targets, label_mask, "classification", w), by_hand)
+    assert not torch.allclose(by_hand, plain)
+    result = train(get_planted("ioi"), TrainConfig(epochs=1, n_train=128, n_val=64, batch_size=64, eval_every=1))
+    assert training_json(result)["loss"]["last_position_weight"] == 10.0
+    other = train(get_planted("causal-bench-2x2"), TrainConfig(epochs=1, n_train=128, n_val=64, batch_size=64,
+                                                                eval_every=1))
+    assert "loss" not in training_json(other)

@@ -44,8 +44,11 @@ BETA, GAMMA, ZETA = 2 / 3, -0.1, 1.1
 class SPOptions:
     """The penalty sweep and the optimisation of subnetwork probing."""
 
-    penalties: tuple[float, ...] = (0.1, 0.0, 0.01, 0.03, 0.3, 1.0, 3.0)
-    """λ values, one circuit each; the first is the method's chosen circuit."""
+    penalties: tuple[float, ...] = (0.1, 0.0, 0.01, 0.03, 0.3, 1.0, 3.0, 10.0, 30.0, 100.0)
+    """λ values, one circuit each; the first is the method's chosen circuit. The penalty is λ times
+    the mean share of open masks, so each mask feels λ / (number of masks): on graphs of 100+ edges
+    a grid that stopped at 3 never pruned (edge_sp kept 69-108 of case 11's 108 edges at every λ;
+    edge AUROC over the 16 main entries .749 ± .247, 0.84-0.98 on the worst cases with 10-100)."""
     steps: int = 200
     """Adam steps (InterpBench ran 3000 epochs)."""
     lr: float = 0.1

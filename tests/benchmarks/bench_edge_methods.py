@@ -4,6 +4,7 @@ a log-log plot of cost against q/k/v edge count.
     python tests/benchmarks/bench_edge_methods.py [--sizes 2x2 4x4 6x4 8x8 12x12] [--n 32]
         [--methods ...] [--out costs.json] [--budget-s 600] [--plot costs.png]
     python tests/benchmarks/bench_edge_methods.py --plot costs.png --from costs.json   # plot only
+    python tests/benchmarks/bench_edge_methods.py --entry ROOT/entries/case-19 [--n 100]  # a trained entry
 
 Models are random (no LayerNorm, GELU, d_head 8, d_model = 8·heads, d_mlp = 4·d_model, 10
 positions); labels are the model's own argmax on clean and resampled inputs. 6x4 has MIB's 1108
@@ -16,6 +17,9 @@ the batched version replaces; `speedup` is its wall time over the batched one.
 `cpu_s` is the process's CPU time: with one torch thread it is what the run takes on a core of
 its own, where `wall_s` also counts waiting for a core on a shared machine. Plots and
 extrapolations use cpu_s.
+
+--entry measures a trained (or planted) entry instead of random models, on the task `zoo eval`
+builds for it (the case's sampler, resampled counterfactuals, reference labels; seed 0).
 
 Sizes run smallest first; with --budget-s, a method whose cost extrapolated from the smaller sizes
 (a straight line through its last two cpu_s points in log-log) exceeds the budget is not run at a
@@ -102,6 +106,17 @@ def edge_patching_loop(model: Any, task: Any, graph: Any) -> dict[tuple[str, str
                 for e in graph.at("qkv").edges}
 
 
+def entry_model_and_task(path: Path, n: int) -> tuple[Any, Any, str]:
+    """The entry's TransformerLens model, `zoo eval`'s task data for it (seed 0) and its name."""
+    from eval.task import make_task
+    from zoo.entry import load_entry_dir
+    from zoo.targets import resolve_target
+
+    target = resolve_target(load_entry_dir(path), "trained")
+    task = make_task(case=target.case, encoding=target.encoding, reference=target.reference, n=n, seed=0)
+    return target.model, task, target.name
+
+
 def extrapolate(points: list[tuple[int, float]], edges: int) -> float | None:
     """Cost at `edges` on the line through the last two (edges, seconds) points in log-log."""
     pts = [(e, s) for e, s in points if s > 0][-2:]
@@ -175,6 +190,7 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too (after every method)")
     parser.add_argument("--plot", type=Path, default=None, help="log-log PNG of cost against edge count")
     parser.add_argument("--from", dest="source", type=Path, default=None, help="plot this JSON, run nothing")
+    parser.add_argument("--entry", type=Path, default=None, help="measure this entry folder instead of random models")
     args = parser.parse_args()
 
     if args.source is not None:
@@ -188,17 +204,21 @@ def main() -> None:
     results: list[dict[str, Any]] = []
     history: dict[str, list[tuple[int, float]]] = {}
     report = {"torch_threads": args.threads, "n": args.n, "results": results}
-    for size in args.sizes:
-        layers, heads = (int(x) for x in size.split("x"))
-        model = random_model(layers, heads)
-        task = random_task(model, args.n)
+    for size in ([str(args.entry)] if args.entry else args.sizes):
+        if args.entry:
+            model, task, size = entry_model_and_task(args.entry, args.n)
+            layers, heads, d_model = model.cfg.n_layers, model.cfg.n_heads, model.cfg.d_model
+        else:
+            layers, heads = (int(x) for x in size.split("x"))
+            model, d_model = random_model(layers, heads), 8 * heads
+            task = random_task(model, args.n)
         graph = graph_of(model)
         edges = len(graph.at("qkv").edges)
         rows: list[dict[str, Any]] = []
-        results.append({"model": size, "n_layers": layers, "n_heads": heads, "d_model": 8 * heads,
+        results.append({"model": size, "n_layers": layers, "n_heads": heads, "d_model": d_model,
                         "qkv_edges": edges, "n": args.n, "rows": rows})
         keys = list(args.methods)
-        if not args.no_loop and "edge_patching" in keys and size in args.loop_sizes:
+        if not args.no_loop and "edge_patching" in keys and (args.entry or size in args.loop_sizes):
             keys.append("edge_patching_loop")
         for key in keys:
             guess = extrapolate(history.get(key, []), edges)

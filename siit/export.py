@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import torch
+
 from eval.provenance import package_versions as _package_versions
 from siit.config import ArchConfig, TrainConfig
 from siit.correspondence import Correspondence, NodeLayout
@@ -70,6 +72,9 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
                      "rescaled by opposite factors (head_rescale: [qk, vo]), which changes no output.",
         },
         "versions": package_versions(),
+        "compute": {"torch_threads": torch.get_num_threads(),
+                    "note": "float32 training is deterministic for a given seed, torch thread count and CPU; "
+                            "another thread count (`zoo train --threads`) or CPU gives other weights"},
         "command": command,
         "notes": [
             "Weight_SIIT is applied once (InterpBench's code applied it twice).",

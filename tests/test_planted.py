@@ -169,3 +169,4 @@ def test_ioi_weighs_the_answer_token_x10_in_iit_and_siit_and_records_it() -> Non
     other = train(get_planted("causal-bench-2x2"), TrainConfig(epochs=1, n_train=128, n_val=64, batch_size=64,
                                                                 eval_every=1))
     assert "loss" not in training_json(other)
+    assert training_json(other)["compute"]["torch_threads"] == torch.get_num_threads()  # bits depend on it

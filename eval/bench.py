@@ -156,17 +156,55 @@ def score_folder(path: str | Path) -> BenchMethod:
     return BenchMethod(key=f"scores:{folder.resolve().name}", source="scores", scores=folder)
 
 
+def module_closure(names: Sequence[str]) -> list[str]:
+    """`names` and every module of their top-level packages that they import, directly or through
+    each other (read from the source with ast): the code a method's or the scorer's output
+    depends on. An edit to eval.edge_patching then invalidates ACDC's cells, whose module imports it."""
+    import ast
+
+    seen: set[str] = set()
+    todo = [n for n in names if n in sys.modules]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        try:
+            tree = ast.parse(inspect.getsource(sys.modules[name]))
+        except (OSError, TypeError, SyntaxError):  # compiled or interactive: its name must do
+            continue
+        top = name.split(".")[0]
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Import):
+                found = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                found = [node.module, *(f"{node.module}.{a.name}" for a in node.names)]  # `from eval import tlens`
+            else:
+                found = []
+            todo += [m for m in found if m.split(".")[0] == top and m in sys.modules and m not in seen]
+    return sorted(seen)
+
+
+def sources_of(names: Sequence[str]) -> str:
+    """The modules' sources, concatenated in the given order ("" for one without a source file)."""
+    parts = []
+    for name in names:
+        try:
+            parts.append(f"# {name}\n" + inspect.getsource(sys.modules[name]))
+        except (OSError, TypeError):
+            parts.append(f"# {name}")
+    return "\n".join(parts)
+
+
 def method_fingerprint(method: Method) -> str:
-    """sha256 of what decides a method's output: its key, its module's source and its signature's
-    defaults (option dataclasses print their values), so an edited method or option invalidates."""
+    """sha256 of what decides a method's output: its key, the source of its module and of every
+    module of the same package it imports (module_closure), and its signature's defaults (option
+    dataclasses print their values), so an edited method, helper or option invalidates."""
     fn = base = method.function
     while isinstance(base, functools.partial):  # a partial's options show as signature defaults below
         base = base.func
-    module = sys.modules.get(getattr(base, "__module__", "") or "")
-    try:
-        source = inspect.getsource(module) if module is not None else ""
-    except (OSError, TypeError):  # compiled or interactive: the qualified name must do
-        source = ""
+    name = getattr(base, "__module__", "") or ""
+    source = sources_of(module_closure([name])) if name in sys.modules else ""
     try:
         defaults = [(n, repr(p.default)) for n, p in inspect.signature(fn).parameters.items()
                     if p.default is not inspect.Parameter.empty]
@@ -199,13 +237,12 @@ SCORER_MODULES = ("eval.evaluation", "eval.metrics", "eval.chance", "eval.faithf
 
 
 def scorer_fingerprint() -> str:
-    """sha256 of the scoring code's source (SCORER_MODULES)."""
+    """sha256 of the scoring code's source (SCORER_MODULES and what they import of eval)."""
     import importlib
 
-    h = hashlib.sha256()
     for name in SCORER_MODULES:
-        h.update(inspect.getsource(importlib.import_module(name)).encode())
-    return h.hexdigest()
+        importlib.import_module(name)
+    return hashlib.sha256(sources_of(module_closure(SCORER_MODULES)).encode()).hexdigest()
 
 
 def cell_key(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, score_path: Path | None = None,

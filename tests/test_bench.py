@@ -205,3 +205,34 @@ def test_entries_are_found_by_folder_name_and_fingerprinted_by_their_manifest(cl
     assert compiled[0].fingerprint == bench_entries(cli_root, cases=["3"], model="compiled")[0].fingerprint
     with pytest.raises(ZooError, match="planted entries there: planted-ioi"):
         bench_entries(cli_root, planted=["tiny"])
+
+
+def test_a_method_fingerprint_changes_with_the_helpers_its_module_imports(tmp_path, monkeypatch) -> None:
+    """An edit to a module the method's module imports (as eval.acdc imports eval.edge_patching)
+    invalidates its cells, not only an edit to the method's own module."""
+    import importlib
+    import linecache
+    import sys
+
+    from eval.bench import module_closure
+
+    pkg = tmp_path / "benchpkg"
+    pkg.mkdir()
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("SCALE = 1.0\n")
+    (pkg / "method.py").write_text("from benchpkg import helper\n\n\ndef run(model, task, *, graph):\n"
+                                   "    return {'nodes': {c: helper.SCALE for c in graph.components}}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    module = importlib.import_module("benchpkg.method")
+    try:
+        before = method_fingerprint(Method(key="m", name="m", function=module.run))
+        (pkg / "helper.py").write_text("SCALE = 2.0\n")
+        linecache.clearcache()
+        assert method_fingerprint(Method(key="m", name="m", function=module.run)) != before
+        assert module_closure(["benchpkg.method"]) == ["benchpkg", "benchpkg.helper", "benchpkg.method"]
+    finally:
+        for name in ("benchpkg.method", "benchpkg.helper", "benchpkg"):
+            sys.modules.pop(name, None)
+    import eval.acdc  # noqa: F401
+
+    assert {"eval.edge_patching", "eval.hooks", "eval.tlens"} <= set(module_closure(["eval.acdc"]))

@@ -155,8 +155,9 @@ class Transformer(nn.Module):
         pass goes on with. input: tokens [batch, pos], or with start_at_layer=l the residual stream
         [batch, pos, d_model] entering block l (earlier blocks do not run)."""
         hooks: dict[str, list[Callable[..., torch.Tensor]]] = {}
+        points = self.hook_dict
         for name, fn in fwd_hooks:
-            if name not in self.hook_dict:
+            if name not in points:
                 raise ValueError(f"no hook point {name!r} in this model")
             hooks.setdefault(name, []).append(fn)
 

@@ -105,7 +105,7 @@ def realism_case(case: Any, root: Path, options: RealismOptions = RealismOptions
     table = weight_kl(state_dicts, options.histogram)
     report = {
         "case": case.id,
-        "family": "planted" if is_planted(case) else "case",
+        "family": case.family,
         "name": case.name,
         "entry": str(entry.path),
         "inputs": {"n": options.n, "seed": options.seed, "source": "the case's sampler, padded to n_ctx "
@@ -129,7 +129,7 @@ def load_siit_entry(path: Path, case: Any) -> Any:
     """The trained entry of `case` at `path`, or a one-line ZooError."""
     from zoo.entry import load_entry_dir
 
-    family = getattr(case, "family", "case")
+    family = case.family
     if not path.is_dir():
         raise ZooError(f"no trained entry for {family} {case.id} at {path}; train one with "
                        f"`zoo train {family} {case.id}` (or pass the --root that holds it)")
@@ -201,9 +201,9 @@ def comparison_model(kind: ComparisonKind, compiled: Any, entry: Any, path: Path
 
     config, arch = comparison_config(entry.training, kind, options.epochs)
     if _architecture(as_task(compiled).low_level_config(arch)) != _architecture(entry.config):
-        family = "planted" if getattr(compiled.case, "family", "case") == "planted" else "case"
-        raise ZooError(f"entry {entry.path} was trained on another version of {family} {compiled.case.id}; "
-                       f"retrain it with `zoo train {family} {compiled.case.id}`")
+        case = compiled.case
+        raise ZooError(f"entry {entry.path} was trained on another version of {case.family} {case.id}; "
+                       f"retrain it with `zoo train {case.family} {case.id}`")
     info: dict[str, Any] = {"path": str(path), "config": {k: config.to_json()[k] for k in
                                                           ("iit_weight", "strict_weight", "seed", "epochs")}}
     cached = None if options.retrain else _cached(path, config, arch, entry.config)

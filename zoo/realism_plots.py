@@ -32,7 +32,7 @@ def write_plots(report: dict[str, Any], out_dir: Path) -> list[Path]:
     import matplotlib.pyplot as plt
 
     written: list[Path] = []
-    entry = f"{'planted' if report.get('family') == 'planted' else 'case'} {report['case']}"
+    entry = f"{report['family']} {report['case']}"
 
     def save(fig: Any, name: str) -> None:
         fig.tight_layout()

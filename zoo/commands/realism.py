@@ -98,7 +98,7 @@ def format_report(r: dict[str, Any]) -> str:
     siit, tracr = r["activity"]["siit"], r["activity"].get("tracr")
     planted = r.get("family") == "planted"
     versus = "(planted: no Tracr-compiled model)" if planted else "vs its Tracr-compiled model"
-    lines = [f"{'planted' if planted else 'case'} {r['case']} ({r['name']}): {r['entry']} {versus}, "
+    lines = [f"{r['family']} {r['case']} ({r['name']}): {r['entry']} {versus}, "
              f"{r['inputs']['n']} inputs (seed {r['inputs']['seed']})", "",
              "heuristic          SIIT separation  Tracr separation   (0.5 = chance, 1 = finds the circuit)"]
     for name, h in siit["heuristics"].items():

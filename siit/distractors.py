@@ -246,17 +246,6 @@ def loudness(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -
     return torch.stack([per_var.quantile(0.5), per_norm.quantile(0.5)])
 
 
-def padded_rows(positions: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor:
-    """The positions of the rows fed padded to n_ctx (all of them when shapes do not vary): the
-    circuit's loudness reference is measured as eval.realism measures it, on padded inputs. Under
-    bidirectional attention a circuit head reads PAD keys there, and it can be a third quieter than
-    on unpadded rows (case 18's a0.h0: 1.19 vs 1.63), which set every busy node ~12% too loud."""
-    if present is None:
-        return positions
-    padded = positions & present.all(dim=1, keepdim=True)
-    return padded if padded.any() else positions
-
-
 def r_squared(pred: torch.Tensor, target: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """[D] coefficient of determination of each distractor at input positions."""
     t, p = target[:, positions], pred[:, positions]

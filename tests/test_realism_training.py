@@ -61,11 +61,11 @@ def test_circuit_loudness_reference_is_measured_on_padded_rows_as_realism_measur
     rows fed unpadded or partly padded do not count, unless no row of the batch is padded."""
     import torch
 
-    from siit.distractors import padded_rows
+    from siit.trainer import _padded_rows
 
     positions = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
     present = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)  # row 1 unpadded
-    assert padded_rows(positions, None) is positions  # shapes not varied: every row is padded
-    assert padded_rows(positions, present).tolist() == [[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]]
+    assert _padded_rows(positions, None) is positions  # shapes not varied: every row is padded
+    assert _padded_rows(positions, present).tolist() == [[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]]
     none_padded = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
-    assert torch.equal(padded_rows(positions, none_padded), positions)
+    assert torch.equal(_padded_rows(positions, none_padded), positions)

@@ -372,7 +372,7 @@ def _source_run(trainee: _Trainee, s: _Setup, config: TrainConfig, tokens: torch
         acts = trainee.model(tokens, mask, return_acts=True, present=present)[1]
     aux = acts.new_zeros(())
     if s.targets is not None:
-        trainee.track(loudness(acts, s.circuit_slots, _padded_rows(positions, present)))
+        trainee.track(loudness(acts, s.circuit_slots, positions))
         target = s.targets(tokens, mask, trainee.reference)
         d_loss = distractor_loss(readout(acts, s.targets.slots, trainee.probes), target, positions)
         d_loss = d_loss + norm_match_loss(acts, s.targets.slots, positions, s.targets.wanted_norms(trainee.reference))
@@ -380,17 +380,6 @@ def _source_run(trainee: _Trainee, s: _Setup, config: TrainConfig, tokens: torch
         out["distractor"], out["norm_ceiling"] = float(d_loss.detach()), float(c_loss.detach())
         aux = config.distractor_weight * d_loss + c_loss
     return (acts if config.source_gradient else acts.detach()), aux
-
-
-def _padded_rows(positions: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor:
-    """The positions of the rows fed padded to n_ctx (all of them when shapes do not vary): the
-    circuit's loudness reference is measured as eval.realism measures it, on padded inputs. Under
-    bidirectional attention a circuit head reads PAD keys there, and it can be a third quieter than
-    on unpadded rows (case 18's a0.h0: 1.19 vs 1.63), which set every busy node ~12% too loud."""
-    if present is None:
-        return positions
-    padded = positions & present.all(dim=1, keepdim=True)
-    return padded if padded.any() else positions
 
 
 def _strict_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator) -> torch.Tensor:

@@ -54,18 +54,3 @@ def test_bidirectional_circuit_holds_on_unpadded_inputs_of_every_length(compiled
     for shape, worst in validation["max_out_of_circuit_effect_by_shape"].items():
         assert worst["resample"] <= EFFECT and worst["mean"] <= EFFECT, shape
     assert validation["metrics"]["accuracy"] == 1.0 and validation["metrics"]["siia_min"] == 1.0
-
-
-def test_circuit_loudness_reference_is_measured_on_padded_rows_as_realism_measures() -> None:
-    """Busy nodes are scaled to the circuit's loudness as eval.realism measures it (padded inputs):
-    rows fed unpadded or partly padded do not count, unless no row of the batch is padded."""
-    import torch
-
-    from siit.trainer import _padded_rows
-
-    positions = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)
-    present = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0], [1, 1, 1, 1]], dtype=torch.bool)  # row 1 unpadded
-    assert _padded_rows(positions, None) is positions  # shapes not varied: every row is padded
-    assert _padded_rows(positions, present).tolist() == [[1, 1, 1, 0], [0, 0, 0, 0], [1, 1, 1, 1]]
-    none_padded = torch.tensor([[1, 1, 1, 0], [1, 1, 0, 0], [1, 1, 1, 0]], dtype=torch.bool)
-    assert torch.equal(_padded_rows(positions, none_padded), positions)

@@ -1,7 +1,8 @@
 """A trained low-level model -> validation.json: per-node effects under resample, mean and zero
 ablation (the paper's Tables 1-3 for one model) and accuracy with all non-circuit nodes ablated
 at once (Table 4), on held-out data, in every input shape (padded to n_ctx, unpadded, partly
-padded): the circuit must hold on whatever batch a user builds.
+padded) and at every input length (the largest out-of-circuit effect per length, in the shape
+where it is largest): the circuit must hold on whatever batch a user builds.
 
 Effect of a node = fraction of labelled positions whose output changes (classification: another
 argmax; regression: moves by the tolerance or more) relative to the unablated model's output.
@@ -44,7 +45,10 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
     outside = corr.low.mask(corr.non_aligned)[None]
     clean = evaluator.run_groups(model, torch.zeros_like(single[:1]))[0]
     frac = lambda ok, where: float(ok[where].float().mean())  # noqa: E731
+    # per input length too: pooled fractions can hide a short length where a node leaks
+    lengths = {int(n): lm & (data.lengths == n)[:, None] for n in data.lengths.unique().tolist()}
     by_shape: dict[str, dict[str, dict[str, float]]] = {n: {s: {} for s in shapes} for n in nodes}
+    out_by_length: dict[int, dict[str, float]] = {n: {k: 0.0 for k in ABLATIONS} for n in lengths}
     ablated_accuracy: dict[str, float | None] = {}
     for kind in ABLATIONS:
         preds = evaluator.run_groups(model, single, values[kind])
@@ -52,6 +56,10 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
             same = agree(preds[i], clean, task, tol)
             for shape, where in shapes.items():
                 by_shape[node][shape][kind] = round(1.0 - frac(same, where), 6)
+            if node not in circuit:
+                for n, where in lengths.items():
+                    worst = max(1.0 - frac(same, where & s_) for s_ in shapes.values() if (where & s_).any())
+                    out_by_length[n][kind] = max(out_by_length[n][kind], round(worst, 6))
         if corr.non_aligned:
             pred = evaluator.run_groups(model, outside, values[kind])[0]
             ablated_accuracy[kind] = round(min(frac(agree(pred, data.labels, task, tol), w) for w in shapes.values()), 6)
@@ -83,6 +91,9 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
             shape: {kind: max((r["by_shape"][shape][kind] for r in outside_rows), default=0.0) for kind in ABLATIONS}
             for shape in shapes
         },
+        "max_out_of_circuit_effect_by_length": {
+            str(n): dict(out_by_length[n], n_sequences=int((data.lengths == n).sum()) // max(len(shapes), 1))
+            for n in sorted(lengths)},
         "min_in_circuit_resample_effect": min((r["resample"] for r in node_rows if r["in_circuit"]), default=0.0),
         "accuracy_non_circuit_ablated": ablated_accuracy,
         "inert_circuit_nodes": [r["node"] for r in node_rows if r["inert"]],

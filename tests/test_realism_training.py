@@ -53,4 +53,8 @@ def test_bidirectional_circuit_holds_on_unpadded_inputs_of_every_length(compiled
     assert lengths == set(range(1, cc.case.max_seq_len + 1))  # every length appears unpadded
     for shape, worst in validation["max_out_of_circuit_effect_by_shape"].items():
         assert worst["resample"] <= EFFECT and worst["mean"] <= EFFECT, shape
+    by_length = validation["max_out_of_circuit_effect_by_length"]
+    assert set(by_length) == {str(n) for n in range(1, cc.case.max_seq_len + 1)}
+    for n, worst in by_length.items():
+        assert worst["resample"] <= EFFECT and worst["mean"] <= EFFECT, n
     assert validation["metrics"]["accuracy"] == 1.0 and validation["metrics"]["siia_min"] == 1.0

@@ -61,6 +61,11 @@ def test_strictness_reduces_out_of_circuit_effects(compiled) -> None:
     out = lambda v: [r["resample"] for r in v["node_effects"] if not r["in_circuit"]]  # noqa: E731
     assert sum(out(v_siit)) < sum(out(v_iit))
     assert v_siit["max_out_of_circuit_effect"]["resample"] < v_iit["max_out_of_circuit_effect"]["resample"]
+    # a pooled fraction is a weighted mean of the per-length ones: some length is at least as bad
+    by_length = v_iit["max_out_of_circuit_effect_by_length"]
+    assert set(by_length) == {str(n) for n in iit.evaluator.data.lengths.tolist()}
+    for kind in ("resample", "mean", "zero"):
+        assert max(v[kind] for v in by_length.values()) >= v_iit["max_out_of_circuit_effect"][kind] - 1e-6 > 0
 
 
 def test_validation_marks_circuit_nodes(compiled) -> None:

@@ -78,7 +78,19 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
         lines += ["| " + " | ".join([cell(r["node"])] + [cell(r.get(c)) for c in columns]) + " |"
                   for r in nodes]
     lines += _shape_lines(validation.get("max_out_of_circuit_effect_by_shape"))
+    lines += _length_lines(validation.get("max_out_of_circuit_effect_by_length"))
     return "\n".join(lines)
+
+
+def _length_lines(by_length: Any) -> list[str]:
+    """The largest out-of-circuit effect per input length (validation.json), if present."""
+    if not isinstance(by_length, dict) or not by_length or not all(isinstance(v, dict) for v in by_length.values()):
+        return []
+    kinds = [k for k in next(iter(by_length.values())) if all(_plain(v.get(k)) for v in by_length.values())]
+    return ["", "Largest effect of any out-of-circuit node, per input length (in the input shape where it is "
+            "largest; n_sequences: validation inputs of that length):", "",
+            "| length | " + " | ".join(kinds) + " |", "| --- |" + " --- |" * len(kinds)] + [
+        "| " + " | ".join([cell(n)] + [cell(v.get(k)) for k in kinds]) + " |" for n, v in by_length.items()]
 
 
 def _shape_lines(by_shape: Any) -> list[str]:

@@ -323,6 +323,7 @@ def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, 
         "siia": m["siia"], "siia_min": m["siia_min"], "siia_all": m["siia_all"],
         "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],
         "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
+        "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
         "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
         "distractor_r2_min": m.get("distractor_r2_min"),
         "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},
@@ -339,6 +340,10 @@ def _print_summary(s: dict[str, Any]) -> None:
     e = s["max_out_of_circuit_effect"]
     print(f"  largest out-of-circuit effect over {', '.join(s['max_out_of_circuit_effect_by_shape'])} inputs: "
           f"resample {e['resample']:.4f}, mean {e['mean']:.4f}, zero {e['zero']:.4f}")
+    by_length = s["max_out_of_circuit_effect_by_length"]
+    worst = {k: max(v[k] for v in by_length.values()) for k in ("resample", "mean")}
+    print(f"  ... at any one input length ({min(by_length, key=int)}-{max(by_length, key=int)}): "
+          f"resample {worst['resample']:.4f}, mean {worst['mean']:.4f}")
     sep = s["heuristic_separation"]
     r2 = f", distractor R² min {s['distractor_r2_min']:.3f}" if s["distractor_r2_min"] is not None else ""
     print(f"  circuit vs activation/weight size (separation, 0.5 = no better than chance): output norm "
@@ -393,6 +398,7 @@ def run_validate(args: argparse.Namespace) -> int:
     out = {"entry": str(dest), "accuracy": m["accuracy"], "iia": m["iia"], "siia_min": m["siia_min"],
            "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],
            "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
+           "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
            "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
            "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}}
     if args.json:
@@ -404,6 +410,9 @@ def run_validate(args: argparse.Namespace) -> int:
             flag = "in " if row["in_circuit"] else "out"
             print(f"  {row['node']:7s} {flag}  resample {row['resample']:.3f}  mean {row['mean']:.3f}  "
                   f"zero {row['zero']:.3f}")
+        print("  largest out-of-circuit effect per input length: " + ", ".join(
+            f"{n}: {v['resample']:.3f}/{v['mean']:.3f}" for n, v in validation["max_out_of_circuit_effect_by_length"].items())
+            + " (resample/mean)")
         sep = {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}
         print(f"  circuit vs size (separation, 0.5 = chance): output norm {sep['output_norm']:.2f}, "
               f"output variance {sep['output_variance']:.2f}, weight norm {sep['weight_norm']:.2f}")

@@ -21,7 +21,7 @@ import torch
 from eval.directory_swap import fsync_tree, replace_directory, sibling_tmp
 from siit.optim import Adam
 
-FORMAT = "zoo-checkpoint/1"
+FORMAT = "zoo-checkpoint/2"  # 2: the trainee has a second (unpadded) loudness reference
 
 
 class CheckpointError(ValueError):

@@ -65,13 +65,23 @@ def present_mask(lengths: torch.Tensor, n_ctx: int, pads_kept: torch.Tensor) -> 
     return torch.arange(n_ctx)[None, :] < (lengths + 1 + pads_kept)[:, None]
 
 
-def random_pads_kept(lengths: torch.Tensor, n_ctx: int, generator: torch.Generator) -> torch.Tensor:
-    """long [N]: PAD positions each row keeps: none, all, or a uniform number in between, each
-    shape with probability 1/3 (training sees every shape a user can feed)."""
+def random_shapes(lengths: torch.Tensor, n_ctx: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """(long [N] PAD positions each row keeps, long [N] index into SHAPES of the shape drawn): none,
+    all, or a uniform number in between, each shape with probability 1/3 (training sees every
+    shape a user can feed). The drawn shape, not the PAD count, says which shape a row stands for:
+    a full-length input keeps no PAD whatever was drawn."""
     n_pad = n_ctx - 1 - lengths
     u = torch.rand(lengths.shape[0], generator=generator, dtype=torch.float64)
     between = (torch.rand(lengths.shape[0], generator=generator, dtype=torch.float64) * (n_pad + 1)).long()
-    return torch.where(u < 1 / 3, torch.zeros_like(n_pad), torch.where(u < 2 / 3, n_pad, between.clamp(max=n_pad)))
+    kept = torch.where(u < 1 / 3, torch.zeros_like(n_pad), torch.where(u < 2 / 3, n_pad, between.clamp(max=n_pad)))
+    shape = torch.where(u < 1 / 3, SHAPES.index("unpadded"), torch.where(u < 2 / 3, SHAPES.index("padded"),
+                                                                          SHAPES.index("partly_padded")))
+    return kept, shape
+
+
+def random_pads_kept(lengths: torch.Tensor, n_ctx: int, generator: torch.Generator) -> torch.Tensor:
+    """long [N]: PAD positions each row keeps (random_shapes)."""
+    return random_shapes(lengths, n_ctx, generator)[0]
 
 
 def with_shapes(data: Dataset, shapes: Sequence[str], generator: torch.Generator) -> Dataset:
@@ -136,6 +146,23 @@ def inert_high_nodes(data: Dataset, high: HighLevelModel | Transformer, high_mas
             if not changed[data.label_mask].any():
                 inert.append(name)
     return inert
+
+
+def source_length_weights(lengths: torch.Tensor, pairing: Pairing) -> torch.Tensor:
+    """[max length + 1] weight per input length that makes the sources pair_sources draws count as
+    the training inputs do: p(length) / p_source(length), 1 where every length is drawn evenly.
+
+    source_not_shorter draws a source uniformly among the inputs at least as long as a uniform
+    base, so sources run long (case 18: mean length 4.8 against 3.5); loudness measured on them
+    is the loudness of long inputs, and busy nodes matched there were 13-33% too loud in variance
+    on inputs of the sampler's own lengths."""
+    counts = torch.bincount(lengths).to(torch.float64)
+    if pairing == "independent":
+        return torch.ones_like(counts, dtype=torch.float32)
+    p = counts / counts.sum()
+    tail = p.flip(0).cumsum(0).flip(0)  # P(length >= l)
+    p_source_over_p = torch.where(p > 0, p / tail.clamp(min=1e-12), 0.0).cumsum(0)  # p_source(l) / p(l)
+    return torch.where(p > 0, 1.0 / p_source_over_p.clamp(min=1e-12), 0.0).to(torch.float32)
 
 
 def resolve_pairing(pairing: Pairing, data: Dataset, high: HighLevelModel | Transformer, high_masks: torch.Tensor,

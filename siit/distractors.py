@@ -194,12 +194,21 @@ class DistractorTargets:
         """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]."""
         return torch.tensor([d.offset_factor for d in self.distractors]).sqrt() * reference[1]
 
-    def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor) -> torch.Tensor:
+    def wanted_variances(self, reference: torch.Tensor) -> torch.Tensor:
+        """[D] output variance each node should have: variance_factor x reference[0]."""
+        return torch.tensor([d.variance_factor for d in self.distractors]) * reference[0]
+
+    def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
+                 gain: torch.Tensor | None = None) -> torch.Tensor:
         """[D, B, T] targets: per-position standardised raw targets with variance
         variance_factor x reference[0], plus the constant offset that makes their mean absolute
-        value sqrt(offset_factor) x reference[1] on the training inputs."""
-        scale = (torch.tensor([d.variance_factor for d in self.distractors]) * reference[0]).sqrt()
-        off = offsets_for_norm(self.z_sample, scale, self.wanted_norms(reference))
+        value sqrt(offset_factor) x reference[1] on the training inputs; `gain` [D, 2] multiplies
+        the variance and the norm (calibration: what a node writes beside its target adds to both)."""
+        var, norm = self.wanted_variances(reference), self.wanted_norms(reference)
+        if gain is not None:
+            var, norm = var * gain[:, 0], norm * gain[:, 1]
+        scale = var.sqrt()
+        off = offsets_for_norm(self.z_sample, scale, norm)
         raw = torch.stack([raw_targets(d, tokens, mask) for d in self.distractors])
         T = tokens.shape[1]
         z = bos_quiet((raw - self.shift[:, None, :T]) / self.spread[:, None, :T], self.causal)
@@ -212,9 +221,10 @@ def node_outputs(acts: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
 
 
 def mean_norms(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """[N] mean output norm of each node over `positions` [B, T] (eval.realism's output norm)."""
+    """[N] mean output norm of each node over `positions` [B, T] (eval.realism's output norm;
+    float positions weight them)."""
     w = positions.to(node_out.dtype)
-    return (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1.0)
+    return (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1e-12)
 
 
 def readout(acts: torch.Tensor, slots: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
@@ -232,16 +242,23 @@ def distractor_loss(pred: torch.Tensor, target: torch.Tensor, positions: torch.T
     return (((pred - target)[:, positions] ** 2).mean(dim=1) / scale2).mean()
 
 
+def variances(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """[N] output variance of each node across inputs, per position and averaged over the input
+    positions that at least two inputs have (eval.realism's output variance); node_out [N, B, T, d],
+    positions [B, T] bool or float weights."""
+    w = positions.to(node_out.dtype)
+    count = w.sum(0).clamp(min=1e-12)  # [T]
+    mean = (node_out * w[None, ..., None]).sum(1) / count[None, :, None]  # [N, T, d]
+    var = (((node_out - mean[:, None]) ** 2).sum(-1) * w).sum(1) / count  # [N, T]
+    keep = (w > 0).sum(0) >= 2
+    return (var[:, keep] * count[keep]).sum(1) / count[keep].sum()
+
+
 def loudness(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """[2]: median over the given nodes of (output variance across inputs, per position and averaged
     over input positions; mean output norm over input positions), as eval.realism measures them."""
     node_out = node_outputs(acts, slots).detach()  # [C, B, T, d]
-    w = positions.to(node_out.dtype)
-    count = w.sum(0).clamp(min=1.0)  # [T]
-    mean = (node_out * w[None, ..., None]).sum(1) / count[None, :, None]  # [C, T, d]
-    var = (((node_out - mean[:, None]) ** 2).sum(-1) * w).sum(1) / count  # [C, T]
-    keep = w.sum(0) >= 2
-    per_var = (var[:, keep] * count[keep]).sum(1) / count[keep].sum()
+    per_var = variances(node_out, positions)
     per_norm = mean_norms(node_out, positions)
     return torch.stack([per_var.quantile(0.5), per_norm.quantile(0.5)])
 

@@ -36,19 +36,17 @@ from siit.adaptation import AdaptState
 from siit.checkpoint import load_checkpoint, save_checkpoint
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
-from siit.data import (SHAPES, Dataset, case_seed, epoch_order, make_dataset, pair_sources, present_mask, random_pads_kept,
-                       resolve_pairing, step_generator, with_shapes)
-from siit.distractors import (DistractorTargets, distractor_loss, loudness, make_distractors, norm_ceiling_loss,
-                              norm_match_loss, r_squared, readout)
+from siit.data import (SHAPES, Dataset, case_seed, epoch_order, make_dataset, pair_sources, present_mask, random_shapes,
+                       resolve_pairing, source_length_weights, step_generator, with_shapes)
+from siit.distractors import (DistractorTargets, distractor_loss, make_distractors, norm_ceiling_loss, r_squared,
+                              readout)
 from siit.high_level import HighLevelModel, as_task, selection_rows
 from siit.losses import last_position_weights, output_loss
+from siit.loudness import Loudness, shape_groups
 from siit.metrics import Evaluator, meets_criterion
 from siit.optim import Adam
 from siit.reparametrize import rescale_heads
 from siit.transformer import Patch, Transformer, init_weights
-
-REFERENCE_VARIANCE_FLOOR = 0.25
-"""Smallest reference variance of the distractors (the circuit starts near zero output)."""
 
 Progress = Callable[[int, dict[str, float]], None]
 """progress(step, postfix) after every step; postfix has loss, the latest metrics and "budget",
@@ -120,25 +118,20 @@ class _Setup:
     """Seed of the per-case choices (siit.data.case_seed): correspondence, distractors, rescale."""
     last_position_weight: float
     """The task's weight of the last input position in the IIT and SIIT losses (1: none)."""
+    source_weight: torch.Tensor
+    """[max length + 1] weight of a source row by its length in the loudness the busy nodes are
+    matched on (siit.data.source_length_weights): sources then count as the training inputs do."""
 
 
 class _Trainee(nn.Module):
     """The model, the distractors' probe directions and the circuit's running loudness (the
-    distractors' reference): one module, so a checkpoint holds all of them."""
+    distractors' reference, siit.loudness): one module, so a checkpoint holds all of them."""
 
     def __init__(self, model: Transformer, n_probes: int) -> None:
         super().__init__()
         self.model = model
         self.probes = nn.Parameter(torch.zeros(n_probes, model.d_model))
-        self.register_buffer("reference", torch.zeros(2))
-        """(output variance, mean output norm) of the median circuit node, a running average."""
-
-    @torch.no_grad()
-    def track(self, measured: torch.Tensor, momentum: float = 0.9) -> None:
-        """Update the reference; a floor on the variance keeps early targets from vanishing."""
-        measured = torch.stack([measured[0].clamp(min=REFERENCE_VARIANCE_FLOOR), measured[1]])
-        fresh = bool((self.reference == 0).all())
-        self.reference.copy_(measured if fresh else momentum * self.reference + (1 - momentum) * measured)
+        self.loudness = Loudness(n_probes)
 
 
 def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> _Setup:
@@ -174,7 +167,8 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> 
     circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long).reshape(-1, 2)
     return _Setup(high, low_config, corr, train_set, evaluator, selects, corr.low_masks(),
                   corr.low.mask(corr.non_aligned), pairing, final, config.input_shapes and not causal,
-                  targets, circuit_slots, per_case, float(getattr(task, "last_position_weight", 1.0)))
+                  targets, circuit_slots, per_case, float(getattr(task, "last_position_weight", 1.0)),
+                  source_length_weights(train_set.lengths, pairing))
 
 
 def train(
@@ -234,10 +228,10 @@ def train(
             losses = _step(trainee, optimizer, s, config, task.case.task_kind, step, emphasis)
             step += 1
             if step % config.eval_every == 0 or step == adapt.budget:
-                metrics = _evaluate(trainee, s.evaluator, s.targets)
+                metrics = _evaluate(trainee, s.evaluator, s.targets, s.vary_shapes)
                 met = meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
                 if met and s.vary_shapes:  # causal models compute the same in every shape
-                    metrics = _evaluate(trainee, s.final_evaluator, s.targets)
+                    metrics = _evaluate(trainee, s.final_evaluator, s.targets, s.vary_shapes)
                     met = meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
                 if not met:
                     adapt = adaptation.after_validation(adapt, config, step, metrics)
@@ -256,7 +250,7 @@ def train(
     if config.rescale_heads:
         head_scales = rescale_heads(model, s.corr.low, seed=s.case_seed, circuit=s.corr.aligned)
     # the final numbers are those of the model as written, in every input shape
-    metrics = _evaluate(trainee, s.final_evaluator, s.targets)
+    metrics = _evaluate(trainee, s.final_evaluator, s.targets, s.vary_shapes)
     met = met and meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
     val, train_seqs = set(s.final_evaluator.data.seqs), set(s.train_set.seqs)
     r2 = metrics.get("distractor_r2_per_node", {})
@@ -271,14 +265,16 @@ def train(
     )
 
 
-def _evaluate(trainee: _Trainee, evaluator: Evaluator, targets: DistractorTargets | None) -> dict[str, Any]:
+def _evaluate(trainee: _Trainee, evaluator: Evaluator, targets: DistractorTargets | None,
+              vary_shapes: bool) -> dict[str, Any]:
     """The evaluator's metrics, plus each distractor's R² on the validation inputs."""
     metrics = evaluator.evaluate(trainee.model)
     if targets is not None:
         d = evaluator.data
         with torch.no_grad():
             acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
-            target = targets(d.tokens, d.mask, trainee.reference)
+            padded = d.shape_ids == SHAPES.index("padded") if vary_shapes and d.shape_ids is not None else None
+            target = trainee.loudness.targets(targets, d.tokens, d.mask, padded)
             r2 = r_squared(readout(acts, targets.slots, trainee.probes), target, d.label_mask)
         per_node = {x.node: round(float(v), 6) for x, v in zip(targets.distractors, r2)}
         metrics.update(distractor_r2_min=min(per_node.values()), distractor_r2_per_node=per_node)
@@ -303,12 +299,15 @@ def _batch(s: _Setup, config: TrainConfig, step: int) -> tuple[torch.Tensor, tor
     return bases, pair_sources(s.train_set.lengths, bases, s.pairing, gen), gen
 
 
-def _present(s: _Setup, lengths: torch.Tensor, gen: torch.Generator) -> torch.Tensor | None:
-    """Random input shapes for a batch's rows (None: every row padded to n_ctx)."""
+def _present(s: _Setup, lengths: torch.Tensor,
+             gen: torch.Generator) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Random input shapes for a batch's rows: (present mask, bool [B] rows drawn padded), or
+    (None, None) when every row is padded to n_ctx."""
     if not s.vary_shapes:
-        return None
+        return None, None
     n_ctx = s.train_set.tokens.shape[1]
-    return present_mask(lengths, n_ctx, random_pads_kept(lengths, n_ctx, gen))
+    kept, shape = random_shapes(lengths, n_ctx, gen)
+    return present_mask(lengths, n_ctx, kept), shape == SHAPES.index("padded")
 
 
 def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
@@ -317,7 +316,7 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
     bases, sources, gen = _batch(s, config, step)
     d = s.train_set
     tokens, mask, labels, lm = d.tokens[bases], d.mask[bases], d.labels[bases], d.label_mask[bases]
-    present, src_present = _present(s, d.lengths[bases], gen), _present(s, d.lengths[sources], gen)
+    (present, _), (src_present, src_padded) = _present(s, d.lengths[bases], gen), _present(s, d.lengths[sources], gen)
     B = bases.shape[0]
     # IIT: each row intervenes on one high-level node (and its low-level image), lagging ones more
     # often once training has stalled (siit.adaptation)
@@ -336,7 +335,8 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
                 last_position_weights(d.lengths[bases], tokens.shape[1], s.last_position_weight))
     position_weight = {"iit": position, "strict": position, "behavior": None}
     # realism losses count every real position, BOS included, as eval.realism does
-    src = (d.tokens[sources], d.mask[sources], src_present, d.mask[sources].bool())
+    src = (d.tokens[sources], d.mask[sources], src_present, src_padded, d.mask[sources].bool(),
+           s.source_weight[d.lengths[sources]])
     out: dict[str, float] = {}
     groups = [parts] if config.scheme == "apph" else [[p] for p in parts]  # alg1: one update per loss
     for group in groups:
@@ -359,7 +359,8 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
 
 
 def _source_run(trainee: _Trainee, s: _Setup, config: TrainConfig, tokens: torch.Tensor, mask: torch.Tensor,
-                present: torch.Tensor | None, positions: torch.Tensor,
+                present: torch.Tensor | None, padded: torch.Tensor | None, positions: torch.Tensor,
+                row_weight: torch.Tensor,
                 out: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
     """Node activations of the source run [L, B, T, S, d] (the patch values) and the realism losses
     on them (distractors of out-of-circuit nodes, norm ceiling of circuit nodes).
@@ -372,10 +373,13 @@ def _source_run(trainee: _Trainee, s: _Setup, config: TrainConfig, tokens: torch
         acts = trainee.model(tokens, mask, return_acts=True, present=present)[1]
     aux = acts.new_zeros(())
     if s.targets is not None:
-        trainee.track(loudness(acts, s.circuit_slots, positions))
-        target = s.targets(tokens, mask, trainee.reference)
+        weight = positions * row_weight[:, None]  # [B, T] sources weighted as the training inputs
+        groups = shape_groups(weight, padded)
+        trainee.loudness.update(acts, s.circuit_slots, s.targets, groups)
+        target = trainee.loudness.targets(s.targets, tokens, mask, padded)
         d_loss = distractor_loss(readout(acts, s.targets.slots, trainee.probes), target, positions)
-        d_loss = d_loss + norm_match_loss(acts, s.targets.slots, positions, s.targets.wanted_norms(trainee.reference))
+        for term in trainee.loudness.norm_terms(acts, s.targets, groups, weight):
+            d_loss = d_loss + term
         c_loss = norm_ceiling_loss(acts, s.circuit_slots, positions, config.circuit_norm_ceiling)
         out["distractor"], out["norm_ceiling"] = float(d_loss.detach()), float(c_loss.detach())
         aux = config.distractor_weight * d_loss + c_loss

@@ -67,7 +67,10 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
                      "of the input) along a learned unit direction of its own output, while strictness kept "
                      "it irrelevant to the task; its target's variance and mean absolute value were the "
                      "circuit nodes' running medians of output variance and mean output norm times "
-                     "variance_factor and sqrt(offset_factor). Circuit nodes had an rms output-norm ceiling "
+                     "variance_factor and sqrt(offset_factor), measured as zoo realism measures them (siit.loudness: "
+                     "sources weighted back to the inputs' lengths, one reference per drawn input shape), the "
+                     "target trimmed by target_gain [variance, norm] (at most 1) until the node measured what its "
+                     "factors say. Circuit nodes had an rms output-norm ceiling "
                      "(config.circuit_norm_ceiling). After training, each head's Q/K and V/O pairs were "
                      "rescaled by opposite factors (head_rescale: [qk, vo]), which changes no output.",
         },

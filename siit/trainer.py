@@ -259,7 +259,8 @@ def train(
         metrics=metrics, history=history, met_criterion=met, steps=step,
         seconds=seconds + time.perf_counter() - start, resumed_from_step=resumed_from,
         evaluator=s.final_evaluator, train_val_overlap=sum(q in train_seqs for q in val) / len(val),
-        distractors=[dict(d.to_json(), r2=r2.get(d.node)) for d in (s.targets.distractors if s.targets else ())],
+        distractors=[dict(d.to_json(), r2=r2.get(d.node), target_gain=[round(float(g), 6) for g in gain])
+                     for d, gain in zip(s.targets.distractors if s.targets else (), trainee.loudness.gain)],
         head_scales=head_scales, case_seed=s.case_seed, adaptation=adapt,
         last_position_weight=s.last_position_weight,
     )

@@ -77,31 +77,24 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
                   "| node | " + " | ".join(columns) + " |", "| --- |" + " --- |" * len(columns)]
         lines += ["| " + " | ".join([cell(r["node"])] + [cell(r.get(c)) for c in columns]) + " |"
                   for r in nodes]
-    lines += _shape_lines(validation.get("max_out_of_circuit_effect_by_shape"))
-    lines += _length_lines(validation.get("max_out_of_circuit_effect_by_length"))
+    lines += _largest_effect_lines(
+        validation.get("max_out_of_circuit_effect_by_shape"), "input shape",
+        "per input shape (padded to n_ctx, unpadded, padded part of the way; the model must ignore these nodes "
+        "on every batch a user builds)")
+    lines += _largest_effect_lines(
+        validation.get("max_out_of_circuit_effect_by_length"), "length",
+        "per input length (in the input shape where it is largest; n_sequences: validation inputs of that length)")
     return "\n".join(lines)
 
 
-def _length_lines(by_length: Any) -> list[str]:
-    """The largest out-of-circuit effect per input length (validation.json), if present."""
-    if not isinstance(by_length, dict) or not by_length or not all(isinstance(v, dict) for v in by_length.values()):
+def _largest_effect_lines(table: Any, key: str, what: str) -> list[str]:
+    """The largest out-of-circuit effect per input shape or length (validation.json), if present."""
+    if not isinstance(table, dict) or not table or not all(isinstance(v, dict) for v in table.values()):
         return []
-    kinds = [k for k in next(iter(by_length.values())) if all(_plain(v.get(k)) for v in by_length.values())]
-    return ["", "Largest effect of any out-of-circuit node, per input length (in the input shape where it is "
-            "largest; n_sequences: validation inputs of that length):", "",
-            "| length | " + " | ".join(kinds) + " |", "| --- |" + " --- |" * len(kinds)] + [
-        "| " + " | ".join([cell(n)] + [cell(v.get(k)) for k in kinds]) + " |" for n, v in by_length.items()]
-
-
-def _shape_lines(by_shape: Any) -> list[str]:
-    """The largest out-of-circuit effect per input shape (validation.json schema 2), if present."""
-    if not isinstance(by_shape, dict) or not all(isinstance(v, dict) for v in by_shape.values()) or not by_shape:
-        return []
-    kinds = [k for k in next(iter(by_shape.values())) if all(_plain(v.get(k)) for v in by_shape.values())]
-    return ["", "Largest effect of any out-of-circuit node, per input shape (padded to n_ctx, unpadded, "
-            "padded part of the way; the model must ignore these nodes on every batch a user builds):", "",
-            "| input shape | " + " | ".join(kinds) + " |", "| --- |" + " --- |" * len(kinds)] + [
-        "| " + " | ".join([cell(shape)] + [cell(v.get(k)) for k in kinds]) + " |" for shape, v in by_shape.items()]
+    kinds = [k for k in next(iter(table.values())) if all(_plain(v.get(k)) for v in table.values())]
+    return ["", f"Largest effect of any out-of-circuit node, {what}:", "",
+            f"| {key} | " + " | ".join(kinds) + " |", "| --- |" + " --- |" * len(kinds)] + [
+        "| " + " | ".join([cell(name)] + [cell(v.get(k)) for k in kinds]) + " |" for name, v in table.items()]
 
 
 DISTRACTOR_TEXT = {

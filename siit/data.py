@@ -79,11 +79,6 @@ def random_shapes(lengths: torch.Tensor, n_ctx: int, generator: torch.Generator)
     return kept, shape
 
 
-def random_pads_kept(lengths: torch.Tensor, n_ctx: int, generator: torch.Generator) -> torch.Tensor:
-    """long [N]: PAD positions each row keeps (random_shapes)."""
-    return random_shapes(lengths, n_ctx, generator)[0]
-
-
 def with_shapes(data: Dataset, shapes: Sequence[str], generator: torch.Generator) -> Dataset:
     """The dataset repeated once per input shape (SHAPES), each copy with its `present` mask."""
     n, n_ctx = len(data), data.tokens.shape[1]

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from eval.tlens import build_hooked, hooked_config
-from siit.data import SHAPES, Dataset, present_mask, random_pads_kept, with_shapes
+from siit.data import SHAPES, Dataset, present_mask, random_shapes, with_shapes
 from siit.transformer import Transformer, init_weights
 
 N_CTX, PAD = 6, 6
@@ -60,7 +60,7 @@ def test_bidirectional_shapes_differ_without_training() -> None:
 
 def test_random_shapes_cover_every_pad_count() -> None:
     lengths = torch.full((3000,), 2)
-    kept = random_pads_kept(lengths, N_CTX, torch.Generator().manual_seed(0))
+    kept = random_shapes(lengths, N_CTX, torch.Generator().manual_seed(0))[0]
     assert set(kept.tolist()) == set(range(N_CTX - 2))  # 0 (unpadded) .. 3 (padded to n_ctx)
     assert (kept == 0).float().mean() > 0.3 and (kept == N_CTX - 3).float().mean() > 0.3
 

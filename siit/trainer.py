@@ -228,10 +228,10 @@ def train(
             losses = _step(trainee, optimizer, s, config, task.case.task_kind, step, emphasis)
             step += 1
             if step % config.eval_every == 0 or step == adapt.budget:
-                metrics = _evaluate(trainee, s.evaluator, s.targets, s.vary_shapes)
+                metrics = _evaluate(trainee, s, s.evaluator)
                 met = meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
                 if met and s.vary_shapes:  # causal models compute the same in every shape
-                    metrics = _evaluate(trainee, s.final_evaluator, s.targets, s.vary_shapes)
+                    metrics = _evaluate(trainee, s, s.final_evaluator)
                     met = meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
                 if not met:
                     adapt = adaptation.after_validation(adapt, config, step, metrics)
@@ -250,7 +250,7 @@ def train(
     if config.rescale_heads:
         head_scales = rescale_heads(model, s.corr.low, seed=s.case_seed, circuit=s.corr.aligned)
     # the final numbers are those of the model as written, in every input shape
-    metrics = _evaluate(trainee, s.final_evaluator, s.targets, s.vary_shapes)
+    metrics = _evaluate(trainee, s, s.final_evaluator)
     met = met and meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
     val, train_seqs = set(s.final_evaluator.data.seqs), set(s.train_set.seqs)
     r2 = metrics.get("distractor_r2_per_node", {})
@@ -266,15 +266,15 @@ def train(
     )
 
 
-def _evaluate(trainee: _Trainee, evaluator: Evaluator, targets: DistractorTargets | None,
-              vary_shapes: bool) -> dict[str, Any]:
+def _evaluate(trainee: _Trainee, s: _Setup, evaluator: Evaluator) -> dict[str, Any]:
     """The evaluator's metrics, plus each distractor's R² on the validation inputs."""
     metrics = evaluator.evaluate(trainee.model)
+    targets = s.targets
     if targets is not None:
         d = evaluator.data
         with torch.no_grad():
             acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
-            padded = d.shape_ids == SHAPES.index("padded") if vary_shapes and d.shape_ids is not None else None
+            padded = None if d.shape_ids is None else _drawn_padded(s, d.shape_ids)
             target = trainee.loudness.targets(targets, d.tokens, d.mask, padded)
             r2 = r_squared(readout(acts, targets.slots, trainee.probes), target, d.label_mask)
         per_node = {x.node: round(float(v), 6) for x, v in zip(targets.distractors, r2)}
@@ -308,7 +308,13 @@ def _present(s: _Setup, lengths: torch.Tensor,
         return None, None
     n_ctx = s.train_set.tokens.shape[1]
     kept, shape = random_shapes(lengths, n_ctx, gen)
-    return present_mask(lengths, n_ctx, kept), shape == SHAPES.index("padded")
+    return present_mask(lengths, n_ctx, kept), _drawn_padded(s, shape)
+
+
+def _drawn_padded(s: _Setup, shape_ids: torch.Tensor) -> torch.Tensor | None:
+    """bool [B]: rows that stand for inputs padded to n_ctx (siit.loudness keeps their reference
+    apart); None when shapes do not vary, and one reference serves every row."""
+    return shape_ids == SHAPES.index("padded") if s.vary_shapes else None
 
 
 def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,

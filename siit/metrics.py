@@ -18,10 +18,10 @@ import torch
 from eval.circuit import TaskKind
 from siit.correspondence import Correspondence
 from siit.data import Dataset, pair_sources
-from siit.interventions import interchange, node_activations, repeat_rows
+from siit.interventions import node_activations, repeat_rows
 from siit.high_level import HighLevelModel, selection_rows
 from siit.losses import agree, predictions
-from siit.transformer import Transformer
+from siit.transformer import Patch, Transformer
 
 _MAX_ROWS = 8192  # rows per batched forward pass: bounds memory for larger models
 
@@ -69,23 +69,37 @@ class Evaluator:
 
     def run_groups(self, model: Transformer, masks: torch.Tensor,
                    source_acts: torch.Tensor | None = None) -> torch.Tensor:
-        """Predictions [G, N, T] of the base runs under each group's intervention."""
+        """Predictions [G, N, T] of the base runs under each group's intervention (masks [G, L, S]).
+
+        A group patched from block l on computes blocks before l exactly as the clean run does, so
+        it starts at l from the clean residual stream; groups are batched in order of their first
+        patched block, and every group reads the one copy of the source activations."""
         d = self.data
         n = len(d)
-        if source_acts is None:
-            source_acts = node_activations(model, d.tokens, d.mask, d.present)[:, self.sources]
+        with torch.no_grad():
+            acts = node_activations(model, d.tokens, d.mask, d.present)
+            if source_acts is None:
+                source_acts = acts[:, self.sources]
+            resid = model.residuals(d.tokens, d.mask, acts)  # [L + 1, N, T, d_model]
+        L = masks.shape[1]
+        patched = masks.any(dim=-1)  # [G, L]
+        first = torch.where(patched.any(dim=-1), patched.float().argmax(dim=-1), torch.tensor(L))
+        order = torch.argsort(first, stable=True)
         per_chunk = max(1, _MAX_ROWS // n)
         out = []
         with torch.no_grad():
             for start in range(0, masks.shape[0], per_chunk):
-                chunk = masks[start : start + per_chunk]
+                chunk = order[start : start + per_chunk]
                 g = chunk.shape[0]
-                rows = chunk.repeat_interleave(n, dim=0)
-                values = source_acts if source_acts.shape[1] == 1 else repeat_rows(source_acts, g, dim=1)
+                layer = int(first[chunk].min())
+                rows = masks[chunk].repeat_interleave(n, dim=0)
                 present = None if d.present is None else repeat_rows(d.present, g)
-                logits = interchange(model, repeat_rows(d.tokens, g), repeat_rows(d.mask, g), values, rows, present)
+                logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), Patch(mask=rows, values=source_acts),
+                               present=present, start=(layer, resid[layer]))[0]
                 out.append(predictions(logits, self.task_kind).reshape(g, n, -1))
-        return torch.cat(out)
+        inverse = torch.empty_like(order)
+        inverse[order] = torch.arange(order.shape[0])
+        return torch.cat(out)[inverse]
 
     def evaluate(self, model: Transformer) -> dict[str, Any]:
         """accuracy, iia (mean over high-level nodes), iia_min, siia (mean over single non-aligned

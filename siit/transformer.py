@@ -43,7 +43,9 @@ class Patch:
     mask: torch.Tensor
     """bool [batch, n_layers, n_heads + 1]: which nodes of each row are replaced."""
     values: torch.Tensor
-    """[n_layers, batch or 1, pos, n_heads + 1, d_model]: the replacement activations."""
+    """[n_layers, b, pos, n_heads + 1, d_model]: the replacement activations, b = batch, 1 or any
+    divisor of batch (row r then takes row r mod b: stacked intervention groups share one source
+    run without copying it per group)."""
 
 
 class _Params(nn.Module):
@@ -119,33 +121,57 @@ class Transformer(nn.Module):
         *,
         return_acts: bool = False,
         present: torch.Tensor | None = None,
+        start: tuple[int, torch.Tensor] | None = None,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """logits [batch, pos, d_vocab_out] and, if asked, node activations
         [n_layers, batch, pos, n_heads + 1, d_model] (after patching).
+
+        start: (l, x), begin at block l with x [b, pos, d_model] as the residual stream entering it
+        (b = batch or a divisor, as for Patch.values; see `residuals`): a run patched at block l or
+        later only, without recomputing the blocks before it. l = n_layers only unembeds.
 
         present: bool [batch, pos], the positions that exist in each row (default: all). A row
         whose last positions are absent computes exactly what the model computes on that row cut
         short (fewer PAD tokens, or none: the unpadded input), so one padded batch can hold inputs
         of every padded and unpadded shape. Outputs at absent positions are meaningless."""
         real = attention_mask.bool()
-        x = self._embed(tokens, real)
+        if start is None:
+            first, x = 0, self._embed(tokens, real)
+        else:
+            if return_acts:
+                raise ValueError("a run that starts at a later block has no activations for the earlier ones")
+            first, x = start
+            x = x.repeat(tokens.shape[0] // x.shape[0], 1, 1) if x.shape[0] != tokens.shape[0] else x
         allowed = self._allowed(real, present)
         acts = []
-        for layer, block in enumerate(self.blocks):
+        for layer in range(first, self.n_layers):
+            block = self.blocks[layer]
             result = self._heads(block.attn, x, allowed)  # [B, T, H, d]
             if patch is not None:
                 m = patch.mask[:, layer, : self.n_heads]
-                result = torch.where(m[:, None, :, None], patch.values[layer, :, :, : self.n_heads], result)
+                result = _replace_rows(m[:, None, :, None], patch.values[layer, :, :, : self.n_heads], result)
             x = x + result.sum(dim=2) + block.attn.b_O
             mlp_out = self._mlp(block.mlp, x)  # [B, T, d]
             if patch is not None:
                 m = patch.mask[:, layer, self.n_heads]
-                mlp_out = torch.where(m[:, None, None], patch.values[layer, :, :, self.n_heads], mlp_out)
+                mlp_out = _replace_rows(m[:, None, None], patch.values[layer, :, :, self.n_heads], mlp_out)
             x = x + mlp_out
             if return_acts:
                 acts.append(torch.cat([result, mlp_out[:, :, None]], dim=2))
         logits = x @ self.unembed.W_U + self.unembed.b_U
         return logits, (torch.stack(acts) if return_acts else None)
+
+    def residuals(self, tokens: torch.Tensor, attention_mask: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+        """[n_layers + 1, batch, pos, d_model]: the residual stream entering each block (and leaving
+        the last) of the run whose node activations are `acts` (forward(..., return_acts=True)),
+        summed in forward's order."""
+        x = self._embed(tokens, attention_mask.bool())
+        out = [x]
+        for layer, block in enumerate(self.blocks):
+            x = x + acts[layer, :, :, : self.n_heads].sum(dim=2) + block.attn.b_O
+            x = x + acts[layer, :, :, self.n_heads]
+            out.append(x)
+        return torch.stack(out)
 
     def run_with_hooks(self, input: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
                        fwd_hooks: Sequence[tuple[str, Callable[..., torch.Tensor]]] = (),
@@ -225,6 +251,20 @@ class Transformer(nn.Module):
         if allowed is not None:  # a query with no allowed key gives NaN; TL turns it into zeros
             pattern = torch.nan_to_num(pattern, nan=0.0)
         return pattern @ v
+
+
+def _replace_rows(mask: torch.Tensor, values: torch.Tensor, out: torch.Tensor) -> torch.Tensor:
+    """torch.where(mask, values, out) where values has b rows for out's B (b = B, 1 or a divisor of
+    B: row r takes values row r mod b), without materialising values' copies."""
+    if not mask.any():  # most blocks of a stacked intervention run patch nothing
+        return out
+    B, b = out.shape[0], values.shape[0]
+    if b in (1, B):
+        return torch.where(mask, values, out)
+    if B % b:
+        raise ValueError(f"patch values have {b} rows, which does not divide the batch of {B}")
+    g = B // b
+    return torch.where(mask.reshape(g, b, *mask.shape[1:]), values, out.reshape(g, b, *out.shape[1:])).reshape(out.shape)
 
 
 def _softmax(scores: torch.Tensor) -> torch.Tensor:

@@ -116,3 +116,29 @@ def test_evaluator_iia_matches_direct_computation(compiled) -> None:
     logits = interchange(model, d.tokens, d.mask, acts, s.corr.low.mask([na]))
     ok = ((logits[..., 0] - d.labels).abs() < 0.05)[d.label_mask]
     assert abs(float(ok.float().mean()) - metrics["siia_per_node"][na]) < 1e-6
+
+
+def test_run_groups_equals_each_group_run_on_its_own(compiled) -> None:
+    """Evaluator.run_groups (groups batched by first patched block, started there, one shared copy
+    of the source activations) == each group's interchange run from the embedding, for groups
+    patched in any blocks, with resample and with fixed (mean) replacement values."""
+    from siit.losses import predictions
+
+    cc = compiled("3")
+    config = TrainConfig(n_train=64, n_val=48, batch_size=16)
+    s = prepare(cc, config)
+    model = Transformer(s.low_config)
+    torch.manual_seed(1)
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    ev: Evaluator = s.evaluator
+    d = ev.data
+    names, masks = ev.groups()
+    low = s.corr.low
+    masks = torch.cat([masks, torch.ones_like(masks[:1]), low.mask(list(low.nodes[-2:]))[None]])
+    acts = node_activations(model, d.tokens, d.mask)
+    for values in (acts[:, ev.sources], ablation_values(acts, d.mask, "mean")):
+        batched = ev.run_groups(model, masks, None if values.shape[1] > 1 else values)
+        for i, m in enumerate(masks):
+            alone = predictions(interchange(model, d.tokens, d.mask, values, m), ev.task_kind)
+            assert torch.equal(batched[i], alone.reshape(batched[i].shape)), (i, names[i] if i < len(names) else i)

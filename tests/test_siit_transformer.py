@@ -126,3 +126,36 @@ def test_hook_protocol_runs_eval_hooks_as_the_tl_model_does(causal: bool) -> Non
         assert torch.allclose(ours.forward(tokens, mask), model(tokens, mask)[0], atol=1e-5)
     with pytest.raises(ValueError, match="no hook point"):
         model.run_with_hooks(tokens, attention_mask=mask, fwd_hooks=[("blocks.0.hook_nothing", lambda a, hook: a)])
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_start_at_a_block_and_shared_patch_values_equal_the_full_patched_run(causal: bool) -> None:
+    """A run started at block l from `residuals` (clean blocks before l skipped), with patch values
+    shared by stacked groups (b rows for a batch of g·b), == the full run with the values copied
+    per group."""
+    cfg, model = _random_model(causal, "gelu", seed=7)
+    base, base_mask = _padded_batch(seed=8)
+    source, source_mask = _padded_batch(seed=9)
+    n = base.shape[0]
+    with torch.no_grad():
+        _, base_acts = model(base, base_mask, return_acts=True)
+        _, source_acts = model(source, source_mask, return_acts=True)
+        resid = model.residuals(base, base_mask, base_acts)
+        assert torch.allclose(resid[-1] @ model.unembed.W_U + model.unembed.b_U, model(base, base_mask)[0],
+                              atol=1e-5)
+        g = 3
+        mask = torch.zeros(g * n, 2, 4, dtype=torch.bool)
+        mask[:n, 1, 0] = True  # group 0: a1.h0; group 1: m1; group 2: a1.h2 on odd rows only
+        mask[n:2 * n, 1, 3] = True
+        mask[2 * n + 1::2, 1, 2] = True
+        tokens, tmask = base.repeat(g, 1), base_mask.repeat(g, 1)
+        full, _ = model(tokens, tmask, Patch(mask=mask, values=source_acts.repeat(1, g, 1, 1, 1)))
+        shared, _ = model(tokens, tmask, Patch(mask=mask, values=source_acts), start=(1, resid[1]))
+        assert torch.allclose(shared, full, atol=1e-5)
+        assert not torch.allclose(full[:n], model(base, base_mask)[0], atol=1e-4)  # the patch did something
+        only_unembed, _ = model(base, base_mask, start=(2, resid[2]))
+        assert torch.allclose(only_unembed, model(base, base_mask)[0], atol=1e-5)
+        with pytest.raises(ValueError):
+            model(tokens[:-1], tmask[:-1], Patch(mask=mask[:-1], values=source_acts))
+        with pytest.raises(ValueError):
+            model(base, base_mask, return_acts=True, start=(1, resid[1]))

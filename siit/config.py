@@ -135,7 +135,8 @@ class TrainConfig:
     adaptive: bool = True
     """When progress stalls, adapt before giving up (siit.adaptation): first draw lagging
     high-level nodes more often for IIT, then restart the learning rate; when the budget runs out
-    within `reach` of the criterion, extend it. What was done is recorded in training.json."""
+    within `reach` of the criterion or still rising, extend it. What was done is recorded in
+    training.json."""
     patience: int = 8
     """Validations without a new best of the worst judged metric that count as a stall."""
     stall_tolerance: float = 1e-3
@@ -145,7 +146,11 @@ class TrainConfig:
     max_extensions: int = 2
     """At most this many extensions."""
     reach: float = 0.02
-    """Extend only when every judged metric is within this fraction of its target."""
+    """Extend when every judged metric is within this fraction of its target (at the best
+    validation), or when the run is still rising (`progress`)."""
+    progress: float = 0.02
+    """Extend also when the best worst-metric (each judged metric / its target) rose by at least
+    this over the last quarter of the configured budget: still learning, not stalled."""
     rescale_heads: bool | None = None
     """After training, rescale each head's Q/K and V/O pairs by opposite factors (the function
     and every node output unchanged) to balanced norms drawn from the range of the model's node
@@ -189,7 +194,7 @@ class TrainConfig:
             raise ConfigError("distractor_weight must be >= 0 and distractor_r2 in [0, 1]")
         if not isinstance(self.max_extensions, int) or isinstance(self.max_extensions, bool) or self.max_extensions < 0:
             raise ConfigError(f"max_extensions must be an integer >= 0, got {self.max_extensions!r}")
-        for name in ("stall_tolerance", "extension", "reach"):
+        for name in ("stall_tolerance", "extension", "reach", "progress"):
             value = getattr(self, name)
             if not (isinstance(value, (int, float)) and math.isfinite(value) and 0 <= value <= 1):
                 raise ConfigError(f"{name} must be a number in [0, 1], got {value!r}")

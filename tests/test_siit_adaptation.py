@@ -99,6 +99,35 @@ def test_extension_counts_the_best_validation_not_only_the_last() -> None:
     assert adaptation.extend(never, config, config.max_steps, dipped) is None  # never within reach
 
 
+def _run(config: TrainConfig, values: list[float]) -> AdaptState:
+    """The adaptation state after one validation every eval_every steps with these SIIAs."""
+    state = adaptation.start(config)
+    for i, v in enumerate(values, start=1):
+        state = adaptation.after_validation(state, config, i * config.eval_every, _metrics({"a": 1.0}, siia=v))
+    return state
+
+
+def test_a_run_still_rising_is_extended_and_one_on_a_plateau_is_not() -> None:
+    """Out of reach at the budget: extended when the best rose by >= `progress` over the last
+    quarter of the budget (gen-0-4: .78 -> .84), not when it was flat there (case 130: flat at .85
+    of the target from early on), nor when the quarter holds fewer than `patience` validations."""
+    config = TrainConfig(max_extensions=2, reach=0.02, progress=0.02, extension=0.5, epochs=250)
+    n = config.max_steps // config.eval_every  # validations in the budget
+    rising = _run(config, [0.5 + 0.34 * i / n for i in range(1, n + 1)])  # .50 -> .84, +.085 in the last quarter
+    last = _metrics({"a": 1.0}, siia=0.84)
+    assert adaptation.rise(rising, config, config.max_steps) == pytest.approx(0.085, abs=2e-3)
+    more = adaptation.extend(rising, config, config.max_steps, last)
+    assert more is not None and more.extensions == 1 and "still rising" in more.actions[-1]["reason"]
+    flat = _run(config, [0.85] + [0.85 + (i % 2) * 1e-4 for i in range(n - 1)])
+    assert adaptation.rise(flat, config, config.max_steps) == pytest.approx(0.0)
+    assert adaptation.extend(flat, config, config.max_steps, _metrics({"a": 1.0}, siia=0.85)) is None
+    slow = TrainConfig(max_extensions=2, progress=0.02, epochs=250, eval_every=200)  # 5 validations a quarter
+    assert adaptation.rise(_run(slow, [0.5 + 0.01 * i for i in range(20)]), slow, slow.max_steps) is None
+    strict = TrainConfig(max_extensions=2, reach=0.02, progress=0.1, extension=0.5, epochs=250)
+    assert adaptation.extend(_run(strict, [0.5 + 0.34 * i / n for i in range(1, n + 1)]), strict,
+                             strict.max_steps, last) is None  # +.085 < .1
+
+
 def test_state_round_trips_through_json() -> None:
     config = TrainConfig(patience=1)
     state = adaptation.start(config)
@@ -109,7 +138,7 @@ def test_state_round_trips_through_json() -> None:
     assert AdaptState.from_json(fresh.to_json()) == fresh
 
 
-@pytest.mark.parametrize("field, value", [("patience", 0), ("max_extensions", -1), ("reach", 2.0),
+@pytest.mark.parametrize("field, value", [("patience", 0), ("max_extensions", -1), ("reach", 2.0), ("progress", -0.5),
                                           ("extension", float("nan")), ("stall_tolerance", -0.1)])
 def test_bad_adaptation_options_are_refused(field: str, value) -> None:
     with pytest.raises(ConfigError):

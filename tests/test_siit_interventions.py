@@ -95,15 +95,19 @@ def test_correspondence_rule_and_circuit_json(compiled) -> None:
     assert len(others) > 1  # the draw depends on the seed
 
 
-def test_evaluator_iia_matches_direct_computation(compiled) -> None:
-    """Evaluator's batched IIA for a node == the same intervention run on its own."""
-    cc = compiled("3")
-    config = TrainConfig(n_train=64, n_val=48, batch_size=16)
-    s = prepare(cc, config)
+def _case_3_random_model(compiled, seed: int):
+    """Case 3's training setup (small data) and a random low-level model for it."""
+    s = prepare(compiled("3"), TrainConfig(n_train=64, n_val=48, batch_size=16))
     model = Transformer(s.low_config)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
+    return s, model
+
+
+def test_evaluator_iia_matches_direct_computation(compiled) -> None:
+    """Evaluator's batched IIA for a node == the same intervention run on its own."""
+    s, model = _case_3_random_model(compiled, seed=0)
     ev: Evaluator = s.evaluator
     metrics = ev.evaluate(model)
     d = ev.data
@@ -124,13 +128,7 @@ def test_run_groups_equals_each_group_run_on_its_own(compiled) -> None:
     patched in any blocks, with resample and with fixed (mean) replacement values."""
     from siit.losses import predictions
 
-    cc = compiled("3")
-    config = TrainConfig(n_train=64, n_val=48, batch_size=16)
-    s = prepare(cc, config)
-    model = Transformer(s.low_config)
-    torch.manual_seed(1)
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.3)
+    s, model = _case_3_random_model(compiled, seed=1)
     ev: Evaluator = s.evaluator
     d = ev.data
     names, masks = ev.groups()

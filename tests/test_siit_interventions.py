@@ -125,18 +125,21 @@ def test_evaluator_iia_matches_direct_computation(compiled) -> None:
 def test_run_groups_equals_each_group_run_on_its_own(compiled) -> None:
     """Evaluator.run_groups (groups batched by first patched block, started there, one shared copy
     of the source activations) == each group's interchange run from the embedding, for groups
-    patched in any blocks, with resample and with fixed (mean) replacement values."""
+    patched in any blocks, with resample and with fixed (mean) replacement values, on the padded
+    validation inputs and on the final evaluator's every input shape (rows cut short by `present`;
+    case 3 is bidirectional, so the shapes compute differently)."""
     from siit.losses import predictions
 
     s, model = _case_3_random_model(compiled, seed=1)
-    ev: Evaluator = s.evaluator
-    d = ev.data
-    names, masks = ev.groups()
-    low = s.corr.low
-    masks = torch.cat([masks, torch.ones_like(masks[:1]), low.mask(list(low.nodes[-2:]))[None]])
-    acts = node_activations(model, d.tokens, d.mask)
-    for values in (acts[:, ev.sources], ablation_values(acts, d.mask, "mean")):
-        batched = ev.run_groups(model, masks, None if values.shape[1] > 1 else values)
-        for i, m in enumerate(masks):
-            alone = predictions(interchange(model, d.tokens, d.mask, values, m), ev.task_kind)
-            assert torch.equal(batched[i], alone.reshape(batched[i].shape)), (i, names[i] if i < len(names) else i)
+    assert s.final_evaluator.data.present is not None
+    for ev in (s.evaluator, s.final_evaluator):
+        d = ev.data
+        names, masks = ev.groups()
+        low = s.corr.low
+        masks = torch.cat([masks, torch.ones_like(masks[:1]), low.mask(list(low.nodes[-2:]))[None]])
+        acts = node_activations(model, d.tokens, d.mask, d.present)
+        for values in (acts[:, ev.sources], ablation_values(acts, d.mask, "mean")):
+            batched = ev.run_groups(model, masks, None if values.shape[1] > 1 else values)
+            for i, m in enumerate(masks):
+                alone = predictions(interchange(model, d.tokens, d.mask, values, m, d.present), ev.task_kind)
+                assert torch.equal(batched[i], alone.reshape(batched[i].shape)), (i, names[i] if i < len(names) else i)

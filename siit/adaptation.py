@@ -164,7 +164,7 @@ def rise(state: AdaptState, config: TrainConfig, step: int) -> float | None:
     if since < 0 or (step - since) // config.eval_every < config.patience:
         return None
     before = [best for at, best in state.trail if at <= since]
-    if not before or not state.trail:
+    if not before:
         return None
     return state.trail[-1][1] - before[-1]
 

@@ -141,7 +141,9 @@ class Transformer(nn.Module):
             if return_acts:
                 raise ValueError("a run that starts at a later block has no activations for the earlier ones")
             first, x = start
-            x = x.repeat(tokens.shape[0] // x.shape[0], 1, 1) if x.shape[0] != tokens.shape[0] else x
+            if patch is not None and bool(patch.mask[:, :first].any()):
+                raise ValueError(f"a run that starts at block {first} cannot patch an earlier block")
+            x = _repeat_rows_to(x, tokens.shape[0])
         allowed = self._allowed(real, present)
         acts = []
         for layer in range(first, self.n_layers):
@@ -251,6 +253,16 @@ class Transformer(nn.Module):
         if allowed is not None:  # a query with no allowed key gives NaN; TL turns it into zeros
             pattern = torch.nan_to_num(pattern, nan=0.0)
         return pattern @ v
+
+
+def _repeat_rows_to(x: torch.Tensor, batch: int) -> torch.Tensor:
+    """[b, ...] -> [batch, ...], b = batch or a divisor of it (row r takes row r mod b)."""
+    b = x.shape[0]
+    if b == batch:
+        return x
+    if batch % b:
+        raise ValueError(f"a start state of {b} rows does not divide the batch of {batch}")
+    return x.repeat(batch // b, *([1] * (x.dim() - 1)))
 
 
 def _replace_rows(mask: torch.Tensor, values: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

@@ -159,3 +159,7 @@ def test_start_at_a_block_and_shared_patch_values_equal_the_full_patched_run(cau
             model(tokens[:-1], tmask[:-1], Patch(mask=mask[:-1], values=source_acts))
         with pytest.raises(ValueError):
             model(base, base_mask, return_acts=True, start=(1, resid[1]))
+        with pytest.raises(ValueError):  # a patch before the start block would be silently lost
+            model(tokens, tmask, Patch(mask=mask, values=source_acts), start=(2, resid[2]))
+        with pytest.raises(ValueError):
+            model(tokens[:-1], tmask[:-1], start=(1, resid[1]))

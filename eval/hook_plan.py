@@ -1,6 +1,7 @@
 """The hooks of one eval.hooks pass: which hook points an Adapter.run needs and what each does
 (node patches, edge patches as per-reader deltas, reads, start states). Private to eval.hooks,
-split off to keep each module readable; nothing else imports it.
+split off to keep each module readable; nothing else imports it. The edge-patch deltas themselves
+are summed in eval.edge_groups.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from typing import Any
 import torch
 
 from eval.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node
+from eval.edge_groups import Chunk, Group, chunk_cover, in_chunk, make_group, order, split_group
 
 Weight = float | torch.Tensor
 """How far a patched value moves towards the reference: 1 replaces it, 0 leaves it; a float, or
@@ -34,31 +36,6 @@ class Start:
     its readers saw it. A pass of batch k·rows repeats these (and resid) k times, block-wise."""
 
 
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class _Group:
-    """The edge patches into one set of readers: Δ = Σ_s W[r, s] (reference_s - current_s)."""
-
-    sources: tuple[str, ...]
-    """Writers with a patched edge into some reader of the group, forward order."""
-    weights: torch.Tensor
-    """[G, readers, sources], G = 1 (every row), batch (per row) or a divisor of batch (per row
-    block: G blocks of batch // G consecutive rows, as ACDC and SP stack their τ or λ)."""
-
-    def delta(self, plan: Plan) -> torch.Tensor:
-        """[batch, pos, readers, d_model]."""
-        diff = torch.stack([plan.reference[s] - plan.out[s] for s in self.sources], dim=2)  # [b, p, s, d]
-        G = int(self.weights.shape[0])
-        if G == 1:
-            return torch.einsum("rs,bpsd->bprd", self.weights[0], diff)
-        b, p, s, d = diff.shape
-        if s <= 4:  # few senders (edge patching's passes): einsum per row is fastest on CPU
-            return torch.einsum("brs,bpsd->bprd", self.weights.repeat_interleave(b // G, dim=0), diff)
-        # Many senders (ACDC, edge SP): a batched matmul, [readers, sources] x [sources, d_model] per
-        # row and position, ~1.7-2.7x faster on CPU than the einsum, which permutes diff first.
-        out = torch.matmul(self.weights.unsqueeze(1), diff.reshape(G, (b // G) * p, s, d))  # [G, q, r, d]
-        return out.reshape(b, p, -1, d)
-
-
 @dataclasses.dataclass(kw_only=True)
 class Plan:
     """The hooks of one Adapter.run and the activations they collect (lives for one pass)."""
@@ -68,10 +45,10 @@ class Plan:
     reference: Mapping[str, torch.Tensor]
     patch: dict[str, Weight]
     """Writer -> weight of its node patch."""
-    attn_groups: dict[int, _Group]
+    attn_groups: dict[int, Group]
     """Layer -> edges into its heads' q/k/v (readers ordered q0..q{H-1}, k0.., v0..)."""
-    mlp_groups: dict[int, _Group]
-    logits_group: _Group | None
+    mlp_groups: dict[int, Group]
+    logits_group: Group | None
     read_out: tuple[str, ...]
     read_in: tuple[str, ...]
     grad: bool
@@ -82,7 +59,13 @@ class Plan:
     out: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     inp: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     resid_pre: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
-    attn_delta: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    attn_delta: dict[int, tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=dict)
+    """Layer -> the edge patches' Δ into its heads' inputs [G, 3H, batch // G, pos, d_model] and
+    that Δ through W_Q, W_K, W_V [batch, pos, 3, H, d_head]."""
+    chunk_sources: dict[Chunk, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    """Chunk -> the writers of that chunk some group patches, forward order."""
+    diffs: dict[tuple[Chunk, int], torch.Tensor] = dataclasses.field(default_factory=dict)
+    """(chunk, row blocks) -> its writers' reference - current (Plan.diff)."""
 
     @classmethod
     def make(cls, a: Any, reference: Mapping[str, torch.Tensor], nodes: Mapping[str, Weight],
@@ -94,14 +77,17 @@ class Plan:
         first = 0 if start is None else start.layer
         if not 0 <= first < a.n_layers:
             raise ValueError(f"a pass starts at a block 0..{a.n_layers - 1}, not {first}")
-        matrix = None
+        matrix, keys = None, ()
         if edge_matrix is not None:
             keys, matrix = edge_matrix
             if matrix.dim() != 2 or matrix.shape[1] != len(keys) or batch % max(1, matrix.shape[0]):
                 raise ValueError(f"edge_matrix weights must be [a divisor of {batch}, {len(keys)}], "
                                  f"got {list(matrix.shape)}")
-            edges = {**edges, **{tuple(e): _Col(j) for j, e in enumerate(keys)}}
-        early_in = [r for r in (*read_in, *(d for _, d in edges)) if _reader_layer(r, a.n_layers) < first]
+        # Validated per distinct name, not per edge: ACDC and edge SP pass 10^4 edges every pass.
+        # (Nor is an object kept per edge: the garbage collector's passes over them cost more than
+        # the rest of the plan.)
+        dst_names = tuple(dict.fromkeys(d for _, d in (*edges, *keys)))
+        early_in = [r for r in (*read_in, *dst_names) if _reader_layer(r, a.n_layers) < first]
         early_patch = [w for w in nodes if start is not None and order(w)[0] < first]
         if early_in or early_patch:
             raise ValueError(f"a pass starting at block {first} cannot patch or read "
@@ -112,33 +98,68 @@ class Plan:
             a.input_point(name)
         for name in nodes:
             a.output_point(name)
-        by_reader: dict[str, dict[str, Weight]] = {}
-        for (src, dst), w in edges.items():
+        src_at = {}  # writer -> (layer, is the input)
+        for src in dict.fromkeys(s for s, _ in (*edges, *keys)):
             a.output_point(src)
+            n = parse_node(src)
+            src_at[src] = (-1 if n.kind == "input" else n.layer, n.kind)
+        expand: dict[str, list[tuple[str, int, str]]] = {}  # reader as named -> (reader, layer, kind)
+        for dst in dst_names:
             d = a._node(dst)
             dsts = [head_node(d.layer, d.head, x) for x in QKV] if d.kind == "head" and d.qkv is None else [dst]
             for r in dsts:
                 a.input_point(r)
-                if not _precedes(src, r):
+            expand[dst] = [(r, _reader_layer(r, a.n_layers), d.kind) for r in dsts]
+        def readers_of(src: str, dst: str) -> list[tuple[str, int, str]]:
+            s_layer, s_kind = src_at[src]
+            for r, r_layer, r_kind in expand[dst]:
+                # Earlier layers (and the input) feed every reader; an MLP also reads its own layer's heads.
+                if not (s_layer < r_layer or (r_kind == "mlp" and s_layer == r_layer and s_kind == "head")):
                     raise ValueError(f"edge {src}->{dst}: {src} does not feed {dst}")
+            return expand[dst]
+
+        by_reader: dict[str, dict[str, Weight]] = {}  # reader -> sender -> weight
+        for (src, dst), w in edges.items():
+            for r, _, _ in readers_of(src, dst):
                 by_reader.setdefault(r, {})[src] = w
-        missing = sorted({*nodes, *(s for srcs in by_reader.values() for s in srcs)} - set(reference))
+        by_col: dict[str, dict[str, int]] = {}  # reader -> sender -> its column of edge_matrix
+        for j, (src, dst) in enumerate(keys):
+            for r, _, _ in readers_of(src, dst):
+                by_col.setdefault(r, {})[src] = j
+        senders = {s for by in (by_reader, by_col) for srcs in by.values() for s in srcs}
+        missing = sorted({*nodes, *senders} - set(reference))
         if missing:
             raise ValueError(f"no reference value for {', '.join(missing)}")
         H = a.n_heads
         attn_groups, mlp_groups = {}, {}
         for layer in range(a.n_layers):
             readers = [head_node(layer, h, x) for x in QKV for h in range(H)]
-            if any(r in by_reader for r in readers):
-                attn_groups[layer] = _group(readers, by_reader, batch, matrix)
-            if mlp_node(layer) in by_reader:
-                mlp_groups[layer] = _group([mlp_node(layer)], by_reader, batch, matrix)
-        logits_group = _group([LOGITS], by_reader, batch, matrix) if LOGITS in by_reader else None
+            if any(r in by_reader or r in by_col for r in readers):
+                attn_groups[layer] = make_group(readers, by_reader, by_col, batch, matrix)
+            if mlp_node(layer) in by_reader or mlp_node(layer) in by_col:
+                mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix)
+        logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix)
+                        if LOGITS in by_reader or LOGITS in by_col else None)
+        covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
+        covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
+        if logits_group is not None:
+            covers[("logits", 0)] = (logits_group, chunk_cover(a.n_layers, False))
+        chunks: dict[Chunk, set[str]] = {}
+        for group, cover in covers.values():
+            for chunk in cover:
+                mine = {src for src in group.sources if in_chunk(src, chunk)}
+                if mine:
+                    chunks.setdefault(chunk, set()).update(mine)
+        chunk_sources = {c: tuple(sorted(chunks[c], key=order)) for c in sorted(chunks)}
+        split = {key: split_group(group, cover, chunk_sources) for key, (group, cover) in covers.items()}
+        attn_groups = {l: split[("a", l)] for l in attn_groups}
+        mlp_groups = {l: split[("m", l)] for l in mlp_groups}
+        logits_group = split.get(("logits", 0))
         plan = cls(a=a, reference=reference, patch={n: _row_weight(w, batch) for n, w in nodes.items()},
                    attn_groups=attn_groups, mlp_groups=mlp_groups, logits_group=logits_group,
-                   read_out=read_out, read_in=read_in, grad=grad, start=start)
+                   read_out=read_out, read_in=read_in, grad=grad, start=start, chunk_sources=chunk_sources)
         if start is not None:  # writers before the start keep the values the pass started from
-            needed = {*read_out, *(s for srcs in by_reader.values() for s in srcs)}
+            needed = {*read_out, *senders}
             early = [w for w in needed if order(w)[0] < first]
             missing = [w for w in early if w not in start.outputs]
             if missing:
@@ -175,6 +196,16 @@ class Plan:
             hooks.append((f"blocks.{a.n_layers - 1}.hook_resid_post", self._reader_hook(LOGITS, self.logits_group)))
         return hooks
 
+    def diff(self, chunk: Chunk, G: int) -> torch.Tensor:
+        """[G, writers, (batch // G)·pos·d_model]: reference - current output of the chunk's patched
+        writers by row block, made on first use (every writer of a chunk is out by then) and kept
+        for the pass. Laid out as the row blocks' products read it, so that neither they nor their
+        gradients need a transposed copy."""
+        if (chunk, G) not in self.diffs:
+            self.diffs[(chunk, G)] = torch.stack([(self.reference[w] - self.out[w]).reshape(G, -1)
+                                                  for w in self.chunk_sources[chunk]], dim=1)
+        return self.diffs[(chunk, G)]
+
     def _set_out(self, node: str, act: torch.Tensor) -> torch.Tensor:
         if node in self.patch:
             act = torch.lerp(act, self.reference[node].to(act.dtype), self.patch[node])
@@ -197,8 +228,9 @@ class Plan:
     def _z_hook(self, layer: int):
         def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
             result = torch.einsum("bphk,hkd->bphd", z, self.a.attn["W_O"][layer].to(z.dtype))
-            for h in range(self.a.n_heads):
-                self._set_out(head_node(layer, h), result[:, :, h])
+            # unbind: one stacked gradient backwards, not a zero-filled [batch, pos, H, d] per head
+            for h, out in enumerate(result.unbind(dim=2)):
+                self._set_out(head_node(layer, h), out)
             return z
         return hook
 
@@ -216,17 +248,26 @@ class Plan:
         def hook(act: torch.Tensor, hook: Any) -> torch.Tensor:  # act: [batch, pos, H, d_head]
             group = self.attn_groups.get(layer)
             if group is not None and layer not in self.attn_delta:  # q, k, v share one Δ per layer
-                self.attn_delta[layer] = group.delta(self)
-            delta = self.attn_delta[layer][:, :, index * H:(index + 1) * H] if group is not None else None
+                delta = group.delta(self)  # [G, 3H readers, batch // G, pos, d_model]
+                # Projected for q, k and v at once, and sliced after: a slice's gradient is a
+                # zero-filled tensor of the sliced one's size, d_head here instead of d_model.
+                # A matmul batched over (block, reader) reads Δ in place; an einsum would permute it.
+                W_qkv = torch.cat([self.a.attn[f"W_{y.upper()}"][layer] for y in QKV]).to(act.dtype)  # [3H, d, k]
+                G, R, q, p, d = delta.shape
+                proj = torch.matmul(delta.view(G, R, q * p, d), W_qkv)  # [G, 3H, q·pos, d_head]
+                proj = proj.view(G, 3, -1, q, p, proj.shape[-1]).permute(0, 3, 4, 1, 2, 5).reshape(
+                    *act.shape[:2], 3, *act.shape[2:])
+                self.attn_delta[layer] = (delta, proj)
+            delta, proj = self.attn_delta[layer] if group is not None else (None, None)
             reads = [h for h in range(H) if head_node(layer, h, x) in self.read_in]
-            if delta is not None:
-                act = act + torch.einsum("bphd,hdk->bphk", delta, W.to(act.dtype))
+            if proj is not None:
+                act = act + proj[:, :, index]
             if reads:
                 pre = self.resid_pre[layer]
                 if self.grad:
                     act = act.clone()
                 for h in reads:
-                    inp = pre + delta[:, :, h] if delta is not None else pre
+                    inp = pre + delta[:, index * H + h].reshape(pre.shape) if delta is not None else pre
                     if self.grad:
                         # Recomputed from the read input, so the input's .grad is the head's own.
                         inp = _keep_grad(inp.clone() if inp is pre else inp)
@@ -235,10 +276,10 @@ class Plan:
             return act
         return hook
 
-    def _reader_hook(self, reader: str, group: _Group | None):
+    def _reader_hook(self, reader: str, group: Group | None):
         def hook(act: torch.Tensor, hook: Any) -> torch.Tensor:
             if group is not None:
-                act = act + group.delta(self)[:, :, 0]
+                act = act + group.delta(self).reshape(act.shape)  # one reader: [G, 1, ...] is [batch, ...]
             if reader in self.read_in:
                 if self.grad:
                     # A copy of its own: on the 4.x bridge the MLP's input hook holds the residual
@@ -255,35 +296,6 @@ def _keep_grad(act: torch.Tensor) -> torch.Tensor:
         return act.detach().requires_grad_(True)
     act.retain_grad()
     return act
-
-
-@dataclasses.dataclass(frozen=True)
-class _Col:
-    """An edge weight that is column j of Adapter.run's edge_matrix."""
-
-    j: int
-
-
-def _group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight | _Col]], batch: int,
-           matrix: torch.Tensor | None) -> _Group:
-    sources = sorted({s for r in readers for s in by_reader.get(r, {})}, key=order)
-    col = {s: i for i, s in enumerate(sources)}
-    entries = [(i, col[s], w) for i, r in enumerate(readers) for s, w in by_reader.get(r, {}).items()]
-    from_matrix = [(i * len(sources) + c, w.j) for i, c, w in entries if isinstance(w, _Col)]
-    per_row = any(isinstance(w, torch.Tensor) and w.dim() > 0 for _, _, w in entries)
-    G = batch if per_row else int(matrix.shape[0]) if from_matrix and matrix is not None else 1
-    weights = torch.zeros(G, len(readers), len(sources))
-    for i, c, w in entries:
-        if not isinstance(w, _Col):
-            weights[:, i, c] = w
-    if from_matrix:  # one gather (and, backwards, one scatter) for every matrix weight of the group
-        assert matrix is not None
-        flat, cols = (torch.tensor(x) for x in zip(*from_matrix))
-        picked = matrix[:, cols].to(weights.dtype)  # [blocks, entries]
-        if G != picked.shape[0]:  # per-row weights beside block weights: every row its own
-            picked = picked.repeat_interleave(G // picked.shape[0], dim=0)
-        weights = weights.flatten(1).index_copy(1, flat, picked).view_as(weights)
-    return _Group(sources=tuple(sources), weights=weights)
 
 
 def repeat_to(x: torch.Tensor, batch: int) -> torch.Tensor:
@@ -310,21 +322,3 @@ def _row_weight(w: Weight, batch: int) -> Weight:
             raise ValueError(f"a per-row weight must have shape [{batch}], got {list(w.shape)}")
         return w.reshape(batch, 1, 1).float()
     return float(w)
-
-
-def order(node: str) -> tuple[int, int]:
-    n = parse_node(node)
-    if n.kind == "input":
-        return (-1, 0)
-    return (n.layer, n.head if n.kind == "head" else 1 << 30)
-
-
-def _precedes(src: str, reader: str) -> bool:
-    """Whether writer `src` feeds `reader`: earlier layers always; an MLP also reads its own
-    layer's heads; logits read everything."""
-    s, r = parse_node(src), parse_node(reader)
-    if r.kind == "logits" or s.kind == "input":
-        return True
-    if r.kind == "mlp":
-        return s.layer < r.layer or (s.layer == r.layer and s.kind == "head")
-    return s.layer < r.layer

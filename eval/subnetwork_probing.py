@@ -129,7 +129,7 @@ def _sp(model: Any, task: TaskData, graph: ComputationGraph, ablation: AblationK
     kept = deterministic_mask(_train(ctx, units, level, tuple(options.penalties), options, seed)) > 0.5
     circuits = []
     for lam, row in zip(options.penalties, kept):
-        chosen = [u for u, keep in zip(units, row) if keep]
+        chosen = [u for u, keep in zip(units, row.tolist()) if keep]
         if level == "node":
             circuits.append(CircuitRun(param=float(lam), nodes=frozenset(chosen)))
         else:

@@ -160,3 +160,56 @@ def test_an_edge_matrix_equals_per_row_edge_weights(ctx):
     torch.testing.assert_close(by_matrix, by_edge, atol=ATOL, rtol=0)
     torch.testing.assert_close(g_matrix, g_edge, atol=1e-4, rtol=1e-4)
     assert g_matrix.abs().min() > 0
+
+
+@pytest.mark.smoke
+def test_groups_reading_different_senders_of_one_layer(ctx):
+    """Edge patches are summed per chunk of senders (one layer's heads, an MLP, the input), each
+    chunk's differences made once per pass. Two readers that see different heads of layer 0 each
+    take only their own: the same values and gradients as when both list every head, the others at 0."""
+    a, task = ctx.adapter, ctx.task
+    n, k = task.n, 2
+    keys = (("a0.h0", "a1.h0<q>"), ("a0.h1", "m1"), ("a0.h1", "logits"))
+    pad = (("a0.h1", "a1.h0<q>"), ("a0.h0", "m1"), ("a0.h0", "logits"))
+    W = torch.rand(k, len(keys), generator=torch.Generator().manual_seed(1), requires_grad=True)
+    tokens, mask = task.tokens.repeat(k, 1), task.mask.repeat(k, 1)
+    reference = {w: v.repeat(k, 1, 1) for w, v in ctx.reference.items()}
+    own = a.run(tokens, mask, reference=reference, edge_matrix=(keys, W), grad=True).logits
+    (g_own,) = torch.autograd.grad(own.square().sum(), [W])
+    padded = a.run(tokens, mask, reference=reference, grad=True,
+                   edge_matrix=(keys + pad, torch.cat([W, torch.zeros(k, len(pad))], dim=1))).logits
+    (g_padded,) = torch.autograd.grad(padded.square().sum(), [W])
+    torch.testing.assert_close(own, padded, atol=ATOL, rtol=0)
+    torch.testing.assert_close(g_own, g_padded, atol=1e-5, rtol=1e-5)
+    assert (own - a.forward(tokens, mask)).abs().max() > 1e-3
+    single = {("a0.h0", "a1.h0<q>"): 1.0, ("a0.h1", "m1"): 1.0}
+    torch.testing.assert_close(a.run(task.tokens, task.mask, reference=ctx.reference, edges=single).logits,
+                               a.run(task.tokens, task.mask, reference=ctx.reference,
+                                     edges={**single, ("a0.h1", "a1.h0<q>"): 0.0}).logits, atol=ATOL, rtol=0)
+
+
+@pytest.mark.parametrize("block", [1, 2])
+def test_block_chunks_change_no_value(ctx, monkeypatch, block):
+    """Senders' differences are stacked by blocks of layers as well as by layer (eval.edge_groups'
+    BLOCK_LAYERS, 4 by default, more than this 3-layer model has): every edge patched with its own
+    weight per row block gives the same logits and gradients whatever the blocking."""
+    import eval.edge_groups as edge_groups
+
+    a, task = ctx.adapter, ctx.task
+    n, k = task.n, 2
+    keys = tuple(ctx.graph.at("qkv").edges)
+    W = torch.rand(k, len(keys), generator=torch.Generator().manual_seed(2), requires_grad=True)
+    tokens, mask = task.tokens.repeat(k, 1), task.mask.repeat(k, 1)
+    reference = {w: v.repeat(k, 1, 1) for w, v in ctx.reference.items()}
+
+    def run():
+        logits = a.run(tokens, mask, reference=reference, edge_matrix=(keys, W), grad=True).logits
+        return logits.detach(), torch.autograd.grad(logits.square().sum(), [W])[0]
+
+    logits, grad = run()
+    monkeypatch.setattr(edge_groups, "BLOCK_LAYERS", block)
+    assert edge_groups.chunk_cover(3, False)[0] == (0, block, True)  # a block chunk is in use
+    blocked, blocked_grad = run()
+    torch.testing.assert_close(blocked, logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(blocked_grad, grad, atol=1e-4, rtol=1e-4)
+    assert (logits - a.forward(tokens, mask)).abs().max() > 1e-3

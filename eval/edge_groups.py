@@ -1,0 +1,138 @@
+"""Edge patches into a set of readers -> the change of their inputs, Δ_r = Σ_s W[r, s] (reference_s -
+current_s), summed by chunks of senders. Private to eval.hooks (through eval.hook_plan), split off
+to keep each module readable.
+
+Why chunks: a pass with 10^4 edges (ACDC, edge subnetwork probing) spends most of its time here,
+not in the model. Each chunk's differences are subtracted and stacked once per pass, laid out as
+the row blocks' products read them, and a reader adds one product per chunk it reads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import TYPE_CHECKING
+
+import torch
+
+from eval.circuit import parse_node
+
+if TYPE_CHECKING:
+    from eval.hook_plan import Plan, Weight
+
+
+def order(node: str) -> tuple[int, int]:
+    """A writer's place in the forward pass: (layer, head), the input (-1, 0), an MLP after its heads."""
+    n = parse_node(node)
+    if n.kind == "input":
+        return (-1, 0)
+    return (n.layer, n.head if n.kind == "head" else 1 << 30)
+
+
+Chunk = tuple[int, int, bool]
+"""Writers whose reference - current differences are stacked together once per pass: (lo, hi, True)
+every head and MLP of layers lo..hi-1; (l, l + 1, False) the heads of layer l only (an MLP reads
+them before its own output exists); the input with those of lo = 0 (a chunk of one writer makes a
+product as slow as a larger one), and alone as (-1, 0, True), which only layer 0's heads read."""
+BLOCK_LAYERS = 4
+"""Layers per block chunk. A reader sums one product per chunk it reads, each reading and writing
+the whole [readers, rows·pos·d_model] sum, so few chunks per reader matter as much as the
+products; blocks of K layers (besides one chunk per layer for the layers since the last complete
+block) give about L/K + K chunks per reader instead of L, for two copies of each difference."""
+
+
+def chunk_cover(layer: int, mlp: bool) -> list[Chunk]:
+    """The chunks that hold every writer a reader of this layer reads (logits: layer = n_layers)."""
+    K = BLOCK_LAYERS
+    full = layer // K * K
+    cover = [*((lo, lo + K, True) for lo in range(0, full, K)), *((l, l + 1, True) for l in range(full, layer)),
+             *([(layer, layer + 1, False)] if mlp else [])]
+    return cover or [(-1, 0, True)]
+
+
+def in_chunk(writer: str, chunk: Chunk) -> bool:
+    """Whether the chunk holds this writer."""
+    layer, head = order(writer)
+    lo, hi, whole = chunk
+    if layer < 0:  # the input
+        return lo <= 0
+    return lo <= layer < hi and (whole or head != 1 << 30)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Group:
+    """The edge patches into one set of readers: Δ = Σ_s W[r, s] (reference_s - current_s)."""
+
+    sources: tuple[str, ...]
+    """Writers with a patched edge into some reader of the group, forward order."""
+    weights: torch.Tensor
+    """[G, readers, sources], G = 1 (every row), batch (per row) or a divisor of batch (per row
+    block: G blocks of batch // G consecutive rows, as ACDC and SP stack their τ or λ)."""
+    parts: tuple[tuple[Chunk, torch.Tensor], ...] = ()
+    """weights split by the chunk of their source: (chunk, [G, readers, the plan's sources of that
+    chunk]), zero where this group has no edge (Plan.make fills it)."""
+
+    def delta(self, plan: Plan) -> torch.Tensor:
+        """[G, readers, batch // G, pos, d_model]: one product per chunk of senders with the pass's
+        differences of that chunk (Plan.diff: each is subtracted and stacked once per pass, not
+        once per reading layer), accumulated, so the rows of a block are one wide matrix product."""
+        G, r = int(self.weights.shape[0]), int(self.weights.shape[1])
+        out = None
+        for chunk, w in self.parts:
+            D = plan.diff(chunk, G)  # [G, s, (batch // G)·pos·d]
+            # In place: an out-of-place baddbmm copies the whole sum first (autograd allows it: a
+            # product's backward reads its factors, not its result).
+            out = torch.bmm(w, D) if out is None else out.baddbmm_(w, D)
+        assert out is not None
+        b, p, d = plan.out[self.sources[0]].shape
+        return out.view(G, r, b // G, p, d)
+
+
+def make_group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]],
+               by_col: Mapping[str, Mapping[str, int]], batch: int, matrix: torch.Tensor | None) -> Group:
+    """The weights of every edge into these readers: given ones (by_reader) and columns of the
+    edge matrix (by_col), which win where an edge has both."""
+    sources = sorted({s for r in readers for by in (by_reader, by_col) for s in by.get(r, {})}, key=order)
+    col = {s: i for i, s in enumerate(sources)}
+    S = len(sources)
+    given = [(i, col[s], w) for i, r in enumerate(readers) for s, w in by_reader.get(r, {}).items()]
+    flat: list[int] = []  # [reader, source] position, flattened
+    cols: list[int] = []  # its edge-matrix column
+    for i, r in enumerate(readers):
+        for s, j in by_col.get(r, {}).items():
+            flat.append(i * S + col[s])
+            cols.append(j)
+    per_row = any(isinstance(w, torch.Tensor) and w.dim() > 0 for _, _, w in given)
+    G = batch if per_row else int(matrix.shape[0]) if flat and matrix is not None else 1
+    weights = torch.zeros(G, len(readers), S)
+    for i, c, w in given:
+        weights[:, i, c] = w
+    if flat:  # one gather (and, backwards, one scatter) for every matrix weight of the group
+        assert matrix is not None
+        picked = matrix[:, torch.tensor(cols)].to(weights.dtype)  # [blocks, entries]
+        if G != picked.shape[0]:  # per-row weights beside block weights: every row its own
+            picked = picked.repeat_interleave(G // picked.shape[0], dim=0)
+        weights = weights.flatten(1).index_copy(1, torch.tensor(flat), picked).view_as(weights)
+    return Group(sources=tuple(sources), weights=weights)
+
+
+def split_group(group: Group, cover: list[Chunk], chunk_sources: Mapping[Chunk, tuple[str, ...]]) -> Group:
+    """The group with its weights split by the chunks of its cover, columns as in the plan's
+    chunk_sources (zero where this group has no edge from that writer)."""
+    col = {s: i for i, s in enumerate(group.sources)}
+    parts = []
+    for chunk in cover:
+        names = chunk_sources.get(chunk, ())
+        mine = [(j, col[s]) for j, s in enumerate(names) if s in col]
+        if not mine:
+            continue
+        if len(mine) == len(names):
+            w = group.weights[:, :, [c for _, c in mine]]
+        else:
+            at, cols = (torch.tensor(x) for x in zip(*mine))
+            w = group.weights.new_zeros(*group.weights.shape[:2], len(names)).index_copy(
+                2, at, group.weights[:, :, cols])
+        parts.append((chunk, w))
+    covered = {s for chunk in cover for s in chunk_sources.get(chunk, ())}
+    assert covered >= set(group.sources), f"no chunk holds {set(group.sources) - covered}"
+    return dataclasses.replace(group, parts=tuple(parts))

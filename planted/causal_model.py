@@ -15,6 +15,7 @@ architecture, which is given (L layers x H heads), not derived from the high-lev
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -141,10 +142,15 @@ class PlantedTask:
     last_position_weight: float = 1.0
     """Weight of the last input position in the IIT and SIIT losses, every other labelled position
     weighing 1 (siit.losses.output_loss); InterpBench's IOI model up-weights its answer token x10."""
+    lr: float | None = None
+    """Initial learning rate `zoo train` uses when given no --lr (None: siit.config.TrainConfig's);
+    deep models need a smaller one (CAUSAL-BENCH 10x10 diverged twice at 0.01, met at 0.005)."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:
             raise ValueError(f"{self.case.id}: last_position_weight must be positive, got {self.last_position_weight}")
+        if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
+            raise ValueError(f"{self.case.id}: lr must be a positive number, got {self.lr}")
         for node in self.model.nodes:
             parsed = parse_node(node)
             if parsed.layer >= self.n_layers or (parsed.kind == "head" and parsed.head >= self.n_heads):

@@ -3,6 +3,8 @@ the CLI lists / shows them (training a test-size model: tests/test_planted_entry
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -170,3 +172,22 @@ def test_ioi_weighs_the_answer_token_x10_in_iit_and_siit_and_records_it() -> Non
                                                                 eval_every=1))
     assert "loss" not in training_json(other)
     assert training_json(other)["compute"]["torch_threads"] == torch.get_num_threads()  # bits depend on it
+
+
+def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
+    """10x10 diverged at the trainer's default lr; `zoo train planted` takes the model's own unless
+    --lr is given, and nothing else changes."""
+    from siit.config import TrainConfig
+    from zoo.commands.training import with_task_defaults
+
+    default = TrainConfig()
+    for name in planted_names():
+        task = get_planted(name)
+        deep = name in ("causal-bench-10x10", "causal-bench-12x12")
+        assert task.lr == (0.005 if deep else None), name
+        config = with_task_defaults(default, task, lr_given=False)
+        assert config.lr == (0.005 if deep else default.lr)
+        assert config == TrainConfig(lr=config.lr)
+        assert with_task_defaults(TrainConfig(lr=0.02), task, lr_given=True).lr == 0.02
+    with pytest.raises(ValueError, match="lr must be a positive number"):
+        dataclasses.replace(get_planted("causal-bench-2x2"), lr=0.0)

@@ -47,7 +47,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "Default: distractors on whenever strictness is trained")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']})")
     p.add_argument("--seed", type=int, default=0, help=f"seed of data, correspondence, init and sampling (default {d['seed']})")
-    p.add_argument("--lr", type=float, default=None, help=f"initial Adam learning rate (default {d['lr']:g}; the paper 1e-3)")
+    p.add_argument("--lr", type=float, default=None, help=f"initial Adam learning rate (default {d['lr']:g}, or a planted "
+                   "model's own: 0.005 for causal-bench-10x10 and -12x12; the paper 1e-3)")
     p.add_argument("--batch-size", type=int, default=None, help=f"pairs per step (default {d['batch_size']}; the paper 512)")
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N or planted-NAME)")
@@ -95,6 +96,13 @@ def _train_config(args: argparse.Namespace):
         return TrainConfig(**kw)
     except ConfigError as exc:
         raise ZooError(str(exc)) from None
+
+
+def with_task_defaults(config, task, *, lr_given: bool):
+    """The config with the task's own defaults where the command line gave none (a planted model's
+    learning rate, PlantedTask.lr)."""
+    lr = getattr(task, "lr", None)
+    return config if lr_given or lr is None else dataclasses.replace(config, lr=lr)
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -178,6 +186,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads or 1)
     compiled = _compiled(args, case)
+    config = with_task_defaults(config, compiled, lr_given=args.lr is not None)
     checkpoint_dir = dest.parent / f".{dest.name}.checkpoint"
     if not args.json:
         print(f"training {case.family} {case.id} ({case.name}), scheme {config.scheme} -> {dest}", file=sys.stderr)

@@ -98,7 +98,7 @@ class Plan:
             a.input_point(name)
         for name in nodes:
             a.output_point(name)
-        src_at = {}  # writer -> (layer, is the input)
+        src_at = {}  # writer -> (layer, the input's -1; kind)
         for src in dict.fromkeys(s for s, _ in (*edges, *keys)):
             a.output_point(src)
             n = parse_node(src)
@@ -110,6 +110,7 @@ class Plan:
             for r in dsts:
                 a.input_point(r)
             expand[dst] = [(r, _reader_layer(r, a.n_layers), d.kind) for r in dsts]
+
         def readers_of(src: str, dst: str) -> list[tuple[str, int, str]]:
             s_layer, s_kind = src_at[src]
             for r, r_layer, r_kind in expand[dst]:

@@ -135,4 +135,5 @@ def split_group(group: Group, cover: list[Chunk], chunk_sources: Mapping[Chunk, 
         parts.append((chunk, w))
     covered = {s for chunk in cover for s in chunk_sources.get(chunk, ())}
     assert covered >= set(group.sources), f"no chunk holds {set(group.sources) - covered}"
+    assert len(covered) == sum(len(chunk_sources.get(c, ())) for c in cover), f"overlapping chunks {cover}"
     return dataclasses.replace(group, parts=tuple(parts))

@@ -144,7 +144,11 @@ class Plan:
         covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
         covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
         if logits_group is not None:
-            covers[("logits", 0)] = (logits_group, chunk_cover(a.n_layers, False))
+            # What the last layer's heads read, and that layer: chunks its readers made already,
+            # where a block of the last layers would be stacked for this one reader alone.
+            last = a.n_layers - 1
+            covers[("logits", 0)] = (logits_group, [c for c in chunk_cover(last, False) if c[0] >= 0]
+                                     + [(last, last + 1, True)])
         chunks: dict[Chunk, set[str]] = {}
         for group, cover in covers.values():
             for chunk in cover:

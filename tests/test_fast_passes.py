@@ -213,3 +213,18 @@ def test_block_chunks_change_no_value(ctx, monkeypatch, block):
     torch.testing.assert_close(blocked, logits, atol=ATOL, rtol=0)
     torch.testing.assert_close(blocked_grad, grad, atol=1e-4, rtol=1e-4)
     assert (logits - a.forward(tokens, mask)).abs().max() > 1e-3
+
+
+@pytest.mark.parametrize("layers", [1, 5])
+def test_every_edge_into_the_logits_gives_the_counterfactual_logits(layers):
+    """The logits read the sum of every writer; patching all of their edges replaces it with the
+    reference run's sum, whatever the chunks it is summed by (5 layers: a block of 4 and one more)."""
+    model = tiny_model(layers=layers, heads=2, seed=3)
+    task = tiny_task(model)
+    ctx = make_context(model, task, graph_of(model))
+    edges = {e: 1.0 for e in ctx.graph.at("qkv").edges if e[1] == "logits"}
+    assert len(edges) == 1 + 3 * layers
+    patched = ctx.adapter.run(task.tokens, task.mask, reference=ctx.reference, edges=edges).logits
+    cf = ctx.adapter.forward(task.cf_tokens, task.cf_mask)
+    torch.testing.assert_close(patched, cf, atol=ATOL, rtol=0)
+    assert (cf - ctx.adapter.forward(task.tokens, task.mask)).abs().max() > 1e-3

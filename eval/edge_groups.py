@@ -11,14 +11,25 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import torch
 
 from eval.circuit import parse_node
 
-if TYPE_CHECKING:
-    from eval.hook_plan import Plan, Weight
+Weight = float | torch.Tensor
+"""How far a patched value moves towards the reference: 1 replaces it, 0 leaves it; a float, or
+a [batch] tensor with one weight per row."""
+
+
+class Differences(Protocol):
+    """What Group.delta reads from its pass (eval.hook_plan.Plan)."""
+
+    out: Mapping[str, torch.Tensor]
+    """Writer -> its output in this pass [batch, pos, d_model]."""
+
+    def diff(self, chunk: Chunk, G: int) -> torch.Tensor:
+        """[G, writers, (batch // G)·pos·d_model]: the chunk's reference - current differences."""
 
 
 def order(node: str) -> tuple[int, int]:
@@ -72,7 +83,7 @@ class Group:
     """weights split by the chunk of their source: (chunk, [G, readers, the plan's sources of that
     chunk]), zero where this group has no edge (Plan.make fills it)."""
 
-    def delta(self, plan: Plan) -> torch.Tensor:
+    def delta(self, plan: Differences) -> torch.Tensor:
         """[G, readers, batch // G, pos, d_model]: one product per chunk of senders with the pass's
         differences of that chunk (Plan.diff: each is subtracted and stacked once per pass, not
         once per reading layer), accumulated, so the rows of a block are one wide matrix product."""

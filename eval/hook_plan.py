@@ -13,11 +13,7 @@ from typing import Any
 import torch
 
 from eval.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node
-from eval.edge_groups import Chunk, Group, chunk_cover, in_chunk, make_group, order, split_group
-
-Weight = float | torch.Tensor
-"""How far a patched value moves towards the reference: 1 replaces it, 0 leaves it; a float, or
-a [batch] tensor with one weight per row."""
+from eval.edge_groups import Chunk, Group, Weight, chunk_cover, in_chunk, make_group, order, split_group
 QKV = ("q", "k", "v")
 
 

@@ -53,12 +53,20 @@ block) give about L/K + K chunks per reader instead of L, for two copies of each
 
 
 def chunk_cover(layer: int, mlp: bool) -> list[Chunk]:
-    """The chunks that hold every writer a reader of this layer reads (logits: layer = n_layers)."""
+    """The chunks that hold every writer a head (mlp=False) or the MLP of this layer reads."""
     K = BLOCK_LAYERS
     full = layer // K * K
     cover = [*((lo, lo + K, True) for lo in range(0, full, K)), *((l, l + 1, True) for l in range(full, layer)),
              *([(layer, layer + 1, False)] if mlp else [])]
     return cover or [(-1, 0, True)]
+
+
+def logits_cover(n_layers: int) -> list[Chunk]:
+    """The chunks that hold every writer the logits read: what the last layer's heads read, and that
+    layer; chunks its readers made already, where a block of the last layers would be stacked for
+    this one reader alone."""
+    last = n_layers - 1
+    return [c for c in chunk_cover(last, False) if c[0] >= 0] + [(last, last + 1, True)]
 
 
 def in_chunk(writer: str, chunk: Chunk) -> bool:

@@ -13,7 +13,8 @@ from typing import Any
 import torch
 
 from eval.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node
-from eval.edge_groups import Chunk, Group, Weight, chunk_cover, in_chunk, make_group, order, split_group
+from eval.edge_groups import (Chunk, Group, Weight, chunk_cover, in_chunk, logits_cover, make_group, order,
+                              split_group)
 QKV = ("q", "k", "v")
 
 
@@ -140,11 +141,7 @@ class Plan:
         covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
         covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
         if logits_group is not None:
-            # What the last layer's heads read, and that layer: chunks its readers made already,
-            # where a block of the last layers would be stacked for this one reader alone.
-            last = a.n_layers - 1
-            covers[("logits", 0)] = (logits_group, [c for c in chunk_cover(last, False) if c[0] >= 0]
-                                     + [(last, last + 1, True)])
+            covers[("logits", 0)] = (logits_group, logits_cover(a.n_layers))
         chunks: dict[Chunk, set[str]] = {}
         for group, cover in covers.values():
             for chunk in cover:

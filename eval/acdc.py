@@ -13,10 +13,11 @@ model's at label positions (KL for classification, mean squared difference for r
 negated task behaviour. A reader that no kept edge leaves (a node cut off from the logits) has all
 its incoming edges removed without a forward pass, as ACDC skips such nodes.
 
-The whole τ grid runs at once: every forward pass stacks one row block per τ still working on the
-edge, through the batched edge patching of eval.edge_patching, so a sweep costs one forward pass per
-edge (fewer once nodes are cut off), not one per edge and τ. Every edge already removed goes into a reader at or after the current one, so each pass
-starts at the current reader's block from the clean state (eval.hooks.Start) like edge patching's.
+The whole τ grid runs at once (eval.acdc_sweep): one forward pass per edge decides it for every τ,
+stacking one row block per distinct circuit (τ whose removed sets are equal share a block). Every
+edge already removed goes into a reader at or after the current one, so each pass starts at the
+current reader's block from the clean state (eval.hooks.Start), and the removed edges from writers
+before that block enter as fixed offsets summed once, not in every pass.
 """
 
 from __future__ import annotations
@@ -27,8 +28,9 @@ from typing import Any, Literal
 import torch
 
 from eval.ablation import AblationKind, behaviour_tensor, make_context
-from eval.circuit import LOGITS, promote
-from eval.edge_patching import Edge, Metric, patched_metrics, readers
+from eval.circuit import promote
+from eval.acdc_sweep import Sweep
+from eval.edge_patching import Edge, Metric, readers
 from eval.graph import ComputationGraph
 from eval.methods import CircuitRun, Method, MethodOutput
 from eval.task import TaskData
@@ -77,36 +79,13 @@ def acdc_sweep(ctx: Any, taus: tuple[float, ...], metric: Metric, *, max_rows: i
     """The removed q/k/v edges for each τ (ACDC's reverse topological sweep, all τ at once)."""
     qkv = ctx.graph.at("qkv")
     incoming: dict[str, list[str]] = {}
-    outgoing: dict[str, list[Edge]] = {}
     for src, dst in qkv.edges:
         incoming.setdefault(dst, []).append(src)
-        outgoing.setdefault(src, []).append((src, dst))
-    T = len(taus)
-    removed: list[set[Edge]] = [set() for _ in range(T)]
-    current = patched_metrics(ctx, [{}], metric, max_rows=max_rows).repeat(T)  # [T]
-
-    def alive(reader: str, t: int) -> bool:
-        node = promote(reader)
-        return node == LOGITS or any(e not in removed[t] for e in outgoing.get(node, ()))
-
+    sweep = Sweep(ctx, qkv.edges, taus, metric, max_rows=max_rows)
     for reader in reversed(readers(qkv)):
         for src in reversed(incoming[reader]):
-            edge = (src, reader)
-            live = []
-            for t in range(T):
-                if alive(reader, t):
-                    live.append(t)
-                else:
-                    removed[t].add(edge)
-            if not live:
-                continue
-            values = patched_metrics(ctx, [{e: 1.0 for e in removed[t] | {edge}} for t in live], metric,
-                                     max_rows=max_rows)
-            for t, value in zip(live, values):
-                if float(value - current[t]) <= taus[t]:
-                    removed[t].add(edge)
-                    current[t] = value
-    return removed
+            sweep.decide((src, reader))
+    return sweep.removed
 
 
 def acdc(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: AblationKind = "resample",

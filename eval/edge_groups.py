@@ -156,3 +156,103 @@ def split_group(group: Group, cover: list[Chunk], chunk_sources: Mapping[Chunk, 
     assert covered >= set(group.sources), f"no chunk holds {set(group.sources) - covered}"
     assert len(covered) == sum(len(chunk_sources.get(c, ())) for c in cover), f"overlapping chunks {cover}"
     return dataclasses.replace(group, parts=tuple(parts))
+
+
+# ---- dense weights per reader group, laid out once (ACDC) ----
+
+GroupKey = tuple[str, int]
+"""A reader group: ("a", l) the q, k and v inputs of layer l's heads (readers q0..q{H-1}, k0..,
+v0..), ("m", l) layer l's MLP, ("logits", 0) the unembedding."""
+
+
+def group_cover(key: GroupKey, n_layers: int) -> list[Chunk]:
+    """The chunks that hold every writer a reader group reads."""
+    kind, layer = key
+    if kind == "logits":
+        return logits_cover(n_layers)
+    return chunk_cover(layer, kind == "m")
+
+
+def feeds(writer: str, key: GroupKey) -> bool:
+    """Whether a writer comes before a group's readers: earlier layers and the input feed every
+    reader, an MLP also reads its own layer's heads."""
+    w_layer, w_head = order(writer)
+    kind, layer = key
+    return kind == "logits" or w_layer < layer or (kind == "m" and w_layer == layer and w_head != 1 << 30)
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupLayout:
+    """Which writers each reader group's dense weights have columns for, and how those columns
+    split into the plan's chunks: worked out once for a sweep whose passes change only the
+    weights (ACDC builds one per start block), where Plan.make would rebuild it from 10^4 edge
+    keys in every pass."""
+
+    n_layers: int
+    """Blocks of the model."""
+    sources: Mapping[GroupKey, tuple[str, ...]]
+    """Group -> the writers its weights have columns for, forward order."""
+    chunk_sources: Mapping[Chunk, tuple[str, ...]]
+    """Chunk -> the writers of that chunk some group has, forward order (Plan.chunk_sources)."""
+    splits: Mapping[GroupKey, tuple[tuple[Chunk, torch.Tensor, torch.Tensor | None], ...]]
+    """Group -> per chunk it reads: (chunk, its columns of that chunk's writers, where they sit
+    among the chunk's writers, None when it has all of them)."""
+
+    @classmethod
+    def make(cls, sources: Mapping[GroupKey, tuple[str, ...]], n_layers: int) -> GroupLayout:
+        chunks: dict[Chunk, set[str]] = {}
+        covers = {key: group_cover(key, n_layers) for key in sources}
+        for key, names in sources.items():
+            if list(names) != sorted(dict.fromkeys(names), key=order):
+                raise ValueError(f"the writers of group {key} must be distinct, in forward order")
+            for s in names:
+                if not feeds(s, key):
+                    raise ValueError(f"{s} does not feed the readers of group {key}")
+                chunk = next(c for c in covers[key] if in_chunk(s, c))
+                chunks.setdefault(chunk, set()).add(s)
+        chunk_sources = {c: tuple(sorted(chunks[c], key=order)) for c in sorted(chunks)}
+        splits = {}
+        for key, names in sources.items():
+            col = {s: i for i, s in enumerate(names)}
+            parts = []
+            for chunk in covers[key]:
+                mine = [(j, col[s]) for j, s in enumerate(chunk_sources.get(chunk, ())) if s in col]
+                if mine:
+                    at, cols = zip(*mine)
+                    whole = len(mine) == len(chunk_sources[chunk])
+                    parts.append((chunk, torch.tensor(cols), None if whole else torch.tensor(at)))
+            splits[key] = tuple(parts)
+        return cls(n_layers=n_layers, sources=dict(sources), chunk_sources=chunk_sources, splits=splits)
+
+    def group(self, key: GroupKey, weights: torch.Tensor) -> Group:
+        """The Group of these weights [G, readers, len(sources[key])], split by chunk."""
+        parts = []
+        for chunk, cols, at in self.splits[key]:
+            w = weights.index_select(2, cols)
+            if at is not None:
+                w = weights.new_zeros(*weights.shape[:2], len(self.chunk_sources[chunk])).index_copy(2, at, w)
+            parts.append((chunk, w))
+        return Group(sources=self.sources[key], weights=weights, parts=tuple(parts))
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class GroupWeights:
+    """Edge patches as dense weights per reader group on a GroupLayout (Adapter.run's `groups`)."""
+
+    layout: GroupLayout
+    weights: Mapping[GroupKey, torch.Tensor]
+    """Group -> [G, readers, len(layout.sources[group])], G a divisor of the batch (row blocks);
+    groups left out patch nothing."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Offsets:
+    """Fixed changes added to readers' inputs in a pass: what the edge patches from writers that no
+    pass of a sweep changes sum to (ACDC: writers before the pass's start block, whose reference -
+    current is the same in every pass), summed once by the sweep instead of in every pass."""
+
+    qkv: Mapping[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """Layer -> the change of its heads' queries, keys and values [batch, pos, 3, H, d_head]: a
+    change of their inputs through W_Q, W_K and W_V (no bias; zoo models have no LayerNorm)."""
+    resid: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """`m{l}` or `logits` -> the change of that reader's input [batch, pos, d_model]."""

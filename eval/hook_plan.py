@@ -13,8 +13,8 @@ from typing import Any
 import torch
 
 from eval.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node
-from eval.edge_groups import (Chunk, Group, Weight, chunk_cover, in_chunk, logits_cover, make_group, order,
-                              split_group)
+from eval.edge_groups import (Chunk, Group, GroupWeights, Offsets, Weight, chunk_cover, in_chunk, logits_cover,
+                              make_group, order, split_group)
 QKV = ("q", "k", "v")
 
 
@@ -51,6 +51,8 @@ class Plan:
     grad: bool
     start: Start | None
     """Where the pass begins (None: at the embedding); no hooks before start.layer."""
+    offsets: Offsets = dataclasses.field(default_factory=Offsets)
+    """Fixed changes added to readers' inputs (eval.edge_groups.Offsets)."""
     keep_resid: bool = False
     """Record every block's resid_pre (Adapter.starts)."""
     out: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
@@ -68,7 +70,8 @@ class Plan:
     def make(cls, a: Any, reference: Mapping[str, torch.Tensor], nodes: Mapping[str, Weight],
              edges: Mapping[tuple[str, str], Weight], read_outputs: Iterable[str], read_inputs: Iterable[str],
              *, batch: int, grad: bool, start: Start | None,
-             edge_matrix: tuple[tuple[tuple[str, str], ...], torch.Tensor] | None = None) -> Plan:
+             edge_matrix: tuple[tuple[tuple[str, str], ...], torch.Tensor] | None = None,
+             groups: GroupWeights | None = None, offsets: Offsets | None = None) -> Plan:
         read_out = tuple(dict.fromkeys(read_outputs))
         read_in = tuple(dict.fromkeys(read_inputs))
         first = 0 if start is None else start.layer
@@ -124,38 +127,25 @@ class Plan:
         for j, (src, dst) in enumerate(keys):
             for r, _, _ in readers_of(src, dst):
                 by_col.setdefault(r, {})[src] = j
-        senders = {s for by in (by_reader, by_col) for srcs in by.values() for s in srcs}
-        missing = sorted({*nodes, *senders} - set(reference))
-        if missing:
-            raise ValueError(f"no reference value for {', '.join(missing)}")
-        H = a.n_heads
-        attn_groups, mlp_groups = {}, {}
-        for layer in range(a.n_layers):
-            readers = [head_node(layer, h, x) for x in QKV for h in range(H)]
-            if any(r in by_reader or r in by_col for r in readers):
-                attn_groups[layer] = make_group(readers, by_reader, by_col, batch, matrix)
-            if mlp_node(layer) in by_reader or mlp_node(layer) in by_col:
-                mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix)
-        logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix)
-                        if LOGITS in by_reader or LOGITS in by_col else None)
-        covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
-        covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
-        if logits_group is not None:
-            covers[("logits", 0)] = (logits_group, logits_cover(a.n_layers))
-        chunks: dict[Chunk, set[str]] = {}
-        for group, cover in covers.values():
-            for chunk in cover:
-                mine = {src for src in group.sources if in_chunk(src, chunk)}
-                if mine:
-                    chunks.setdefault(chunk, set()).update(mine)
-        chunk_sources = {c: tuple(sorted(chunks[c], key=order)) for c in sorted(chunks)}
-        split = {key: split_group(group, cover, chunk_sources) for key, (group, cover) in covers.items()}
-        attn_groups = {l: split[("a", l)] for l in attn_groups}
-        mlp_groups = {l: split[("m", l)] for l in mlp_groups}
-        logits_group = split.get(("logits", 0))
+        if groups is not None:
+            if edges or edge_matrix is not None:
+                raise ValueError("give edge patches as edges and edge_matrix, or as groups, not both")
+            attn_groups, mlp_groups, logits_group, chunk_sources = _given_groups(a, groups, batch, first)
+            senders = {s for names in chunk_sources.values() for s in names}
+            missing = sorted({*nodes, *senders} - set(reference))
+            if missing:
+                raise ValueError(f"no reference value for {', '.join(missing)}")
+        else:
+            senders = {s for by in (by_reader, by_col) for srcs in by.values() for s in srcs}
+            missing = sorted({*nodes, *senders} - set(reference))
+            if missing:
+                raise ValueError(f"no reference value for {', '.join(missing)}")
+            attn_groups, mlp_groups, logits_group, chunk_sources = _keyed_groups(a, by_reader, by_col, batch,
+                                                                                   matrix)
         plan = cls(a=a, reference=reference, patch={n: _row_weight(w, batch) for n, w in nodes.items()},
                    attn_groups=attn_groups, mlp_groups=mlp_groups, logits_group=logits_group,
-                   read_out=read_out, read_in=read_in, grad=grad, start=start, chunk_sources=chunk_sources)
+                   read_out=read_out, read_in=read_in, grad=grad, start=start, chunk_sources=chunk_sources,
+                   offsets=_checked_offsets(offsets or Offsets(), a, batch, first, read_in))
         if start is not None:  # writers before the start keep the values the pass started from
             needed = {*read_out, *senders}
             early = [w for w in needed if order(w)[0] < first]
@@ -172,13 +162,15 @@ class Plan:
         for group in (*self.attn_groups.values(), *self.mlp_groups.values(), self.logits_group):
             if group is not None:
                 needed.update(group.sources)
+        for names in self.chunk_sources.values():  # a chunk stacks all its writers (Plan.diff)
+            needed.update(names)
         read_qkv = {parse_node(r).layer for r in self.read_in if parse_node(r).kind == "head"}
         hooks: list[tuple[str, Any]] = []
         first = 0 if self.start is None else self.start.layer
         for layer in range(first, a.n_layers):  # blocks before the start do not run
             if (layer == 0 and INPUT in needed and self.start is None) or layer in read_qkv or self.keep_resid:
                 hooks.append((f"blocks.{layer}.hook_resid_pre", self._resid_pre_hook(layer)))
-            if layer in self.attn_groups or layer in read_qkv:
+            if layer in self.attn_groups or layer in read_qkv or layer in self.offsets.qkv:
                 hooks += [(f"blocks.{layer}.attn.hook_{x}", self._qkv_hook(layer, i)) for i, x in enumerate(QKV)]
             heads = [head_node(layer, h) for h in range(H)]
             if any(h in needed for h in heads):
@@ -186,11 +178,11 @@ class Plan:
                 # Patched (or differentiated) head outputs must be what the model sums.
                 if any(h in self.patch or (self.grad and h in self.read_out) for h in heads):
                     hooks.append((f"blocks.{layer}.hook_attn_out", self._attn_out_hook(layer)))
-            if layer in self.mlp_groups or mlp_node(layer) in self.read_in:
+            if layer in self.mlp_groups or mlp_node(layer) in self.read_in or mlp_node(layer) in self.offsets.resid:
                 hooks.append((a._mlp_in(layer), self._reader_hook(mlp_node(layer), self.mlp_groups.get(layer))))
             if mlp_node(layer) in needed:
                 hooks.append((f"blocks.{layer}.hook_mlp_out", self._writer_hook(mlp_node(layer))))
-        if self.logits_group is not None or LOGITS in self.read_in:
+        if self.logits_group is not None or LOGITS in self.read_in or LOGITS in self.offsets.resid:
             hooks.append((f"blocks.{a.n_layers - 1}.hook_resid_post", self._reader_hook(LOGITS, self.logits_group)))
         return hooks
 
@@ -200,8 +192,19 @@ class Plan:
         for the pass. Laid out as the row blocks' products read it, so that neither they nor their
         gradients need a transposed copy."""
         if (chunk, G) not in self.diffs:
-            self.diffs[(chunk, G)] = torch.stack([(self.reference[w] - self.out[w]).reshape(G, -1)
-                                                  for w in self.chunk_sources[chunk]], dim=1)
+            writers = self.chunk_sources[chunk]
+            b = int(self.out[writers[0]].shape[0])
+            if (torch.is_grad_enabled() and any(self.out[w].requires_grad for w in writers)) or \
+                    any(int(self.reference[w].shape[0]) not in (1, b // G, b) for w in writers):
+                D = torch.stack([_minus(self.reference[w], self.out[w]).reshape(G, -1) for w in writers], dim=1)
+            else:  # subtracted straight into the stack: no copy of every difference
+                D = torch.empty(G, len(writers), self.out[writers[0]][0].numel() * b // G,
+                                dtype=self.out[writers[0]].dtype)
+                for i, w in enumerate(writers):
+                    ref, rows = self.reference[w], int(self.reference[w].shape[0])
+                    torch.sub(ref.reshape(G if rows == b else 1, rows if rows < b else b // G, -1),
+                              self.out[w].reshape(G, b // G, -1), out=D[:, i].view(G, b // G, -1))
+            self.diffs[(chunk, G)] = D
         return self.diffs[(chunk, G)]
 
     def _set_out(self, node: str, act: torch.Tensor) -> torch.Tensor:
@@ -260,6 +263,8 @@ class Plan:
             reads = [h for h in range(H) if head_node(layer, h, x) in self.read_in]
             if proj is not None:
                 act = act + proj[:, :, index]
+            if layer in self.offsets.qkv:
+                act = act + self.offsets.qkv[layer][:, :, index]
             if reads:
                 pre = self.resid_pre[layer]
                 if self.grad:
@@ -278,6 +283,8 @@ class Plan:
         def hook(act: torch.Tensor, hook: Any) -> torch.Tensor:
             if group is not None:
                 act = act + group.delta(self).reshape(act.shape)  # one reader: [G, 1, ...] is [batch, ...]
+            if reader in self.offsets.resid:
+                act = act + self.offsets.resid[reader]
             if reader in self.read_in:
                 if self.grad:
                     # A copy of its own: on the 4.x bridge the MLP's input hook holds the residual
@@ -286,6 +293,92 @@ class Plan:
                 self.inp[reader] = act
             return act
         return hook
+
+
+def _minus(reference: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
+    """reference - current [batch, ...]; a reference of fewer rows (a divisor of batch) stands for
+    its copies one block after another, and is not repeated in memory (ACDC's row blocks)."""
+    r, b = int(reference.shape[0]), int(current.shape[0])
+    if r in (1, b):
+        return reference - current
+    if b % r:
+        raise ValueError(f"a reference of {r} rows cannot fill a batch of {b}")
+    return (reference - current.view(b // r, *reference.shape)).view(current.shape)
+
+
+def _keyed_groups(a: Any, by_reader: Mapping[str, Mapping[str, Weight]], by_col: Mapping[str, Mapping[str, int]],
+                  batch: int, matrix: torch.Tensor | None):
+    """Plan.make's groups and chunk writers from edges given by name (weights, edge-matrix columns)."""
+    H = a.n_heads
+    attn_groups, mlp_groups = {}, {}
+    for layer in range(a.n_layers):
+        readers = [head_node(layer, h, x) for x in QKV for h in range(H)]
+        if any(r in by_reader or r in by_col for r in readers):
+            attn_groups[layer] = make_group(readers, by_reader, by_col, batch, matrix)
+        if mlp_node(layer) in by_reader or mlp_node(layer) in by_col:
+            mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix)
+    logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix)
+                    if LOGITS in by_reader or LOGITS in by_col else None)
+    covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
+    covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
+    if logits_group is not None:
+        covers[("logits", 0)] = (logits_group, logits_cover(a.n_layers))
+    chunks: dict[Chunk, set[str]] = {}
+    for group, cover in covers.values():
+        for chunk in cover:
+            mine = {src for src in group.sources if in_chunk(src, chunk)}
+            if mine:
+                chunks.setdefault(chunk, set()).update(mine)
+    chunk_sources = {c: tuple(sorted(chunks[c], key=order)) for c in sorted(chunks)}
+    split = {key: split_group(group, cover, chunk_sources) for key, (group, cover) in covers.items()}
+    return ({l: split[("a", l)] for l in attn_groups}, {l: split[("m", l)] for l in mlp_groups},
+            split.get(("logits", 0)), chunk_sources)
+
+
+def _given_groups(a: Any, groups: GroupWeights, batch: int, first: int):
+    """Plan.make's groups and chunk writers from dense weights on a GroupLayout: the layout's
+    column split, no per-edge work."""
+    layout, H = groups.layout, a.n_heads
+    if layout.n_layers != a.n_layers:
+        raise ValueError(f"a group layout for {layout.n_layers} layers, the model has {a.n_layers}")
+    attn, mlp, logits = {}, {}, None
+    for key, w in groups.weights.items():
+        kind, layer = key
+        if key not in layout.sources:
+            raise ValueError(f"group {key} is not in the layout")
+        rows = 3 * H if kind == "a" else 1
+        if w.dim() != 3 or w.shape[1:] != (rows, len(layout.sources[key])) or batch % max(1, w.shape[0]):
+            raise ValueError(f"group {key} weights must be [a divisor of {batch}, {rows}, "
+                             f"{len(layout.sources[key])}], got {list(w.shape)}")
+        if kind != "logits" and layer < first:
+            raise ValueError(f"a pass starting at block {first} cannot patch group {key}: it comes before it")
+        group = layout.group(key, w)
+        if kind == "a":
+            attn[layer] = group
+        elif kind == "m":
+            mlp[layer] = group
+        else:
+            logits = group
+    used = {c for key in groups.weights for c, _, _ in layout.splits[key]}
+    return attn, mlp, logits, {c: layout.chunk_sources[c] for c in layout.chunk_sources if c in used}
+
+
+def _checked_offsets(offsets: Offsets, a: Any, batch: int, first: int, read_in: tuple[str, ...]) -> Offsets:
+    """The offsets, refused where they come before the start, have the wrong shape, or would make a
+    read head input disagree with the head's own (a read input is the unprojected sum)."""
+    for layer, off in offsets.qkv.items():
+        if not first <= layer < a.n_layers or off.dim() != 5 or off.shape[0] != batch or off.shape[2:4] != (3, a.n_heads):
+            raise ValueError(f"a q/k/v offset of layer {layer} must be [{batch}, pos, 3, {a.n_heads}, d_head] "
+                             f"at a block from {first} on, got {list(off.shape)}")
+        if any(parse_node(r).kind == "head" and parse_node(r).layer == layer for r in read_in):
+            raise ValueError(f"layer {layer}'s heads cannot have both a q/k/v offset and read inputs")
+    for reader, off in offsets.resid.items():
+        n = parse_node(reader)
+        if n.kind not in ("mlp", "logits") or (n.kind == "mlp" and not first <= n.layer < a.n_layers) \
+                or off.dim() != 3 or off.shape[0] != batch:
+            raise ValueError(f"an offset of {reader} must be [{batch}, pos, d_model] for an MLP from block "
+                             f"{first} on or the logits, got {list(off.shape)}")
+    return offsets
 
 
 def _keep_grad(act: torch.Tensor) -> torch.Tensor:

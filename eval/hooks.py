@@ -50,6 +50,7 @@ import torch
 
 from eval import tlens
 from eval.circuit import INPUT, head_node, mlp_node, parse_node
+from eval.edge_groups import GroupKey, GroupLayout, GroupWeights, Offsets, feeds  # noqa: F401 (public here)
 from eval.hook_plan import QKV, Plan, Start, Weight, order, repeat_to  # noqa: F401 (QKV, Weight: public here)
 
 
@@ -125,10 +126,12 @@ class Adapter:
             edges: Mapping[tuple[str, str], Weight] | None = None,
             read_outputs: Iterable[str] = (), read_inputs: Iterable[str] = (),
             grad: bool = False, start: Start | None = None,
-            edge_matrix: tuple[tuple[tuple[str, str], ...], torch.Tensor] | None = None) -> Run:
+            edge_matrix: tuple[tuple[tuple[str, str], ...], torch.Tensor] | None = None,
+            groups: GroupWeights | None = None, offsets: Offsets | None = None) -> Run:
         """One forward pass with interventions, reading activations on the way.
 
-        reference: writer -> the value it is patched towards, [batch or 1, pos, d_model].
+        reference: writer -> the value it is patched towards, [batch or 1, pos, d_model]; for edge
+          patches also [a divisor of batch, pos, d_model], its copies one block after another.
         nodes: writer -> w: every reader sees the writer's output as (1-w)·own + w·reference.
         edges: (writer, reader) -> w: only that reader sees the writer as (1-w)·current +
           w·reference (MIB's edge patching; current = the writer's output in this pass). A whole
@@ -139,6 +142,9 @@ class Adapter:
           of batch // G consecutive rows; G = batch: per row), for many edges at once (ACDC, edge
           subnetwork probing): one gather and a few large products per layer instead of a slice per
           edge and a product per row, forwards and backwards.
+        groups: edge patches as dense weights per reader group on a GroupLayout made once (instead
+          of edges / edge_matrix), for sweeps that pass the same edges with new weights (ACDC).
+        offsets: fixed changes added to readers' inputs (eval.edge_groups.Offsets).
         start: begin at block start.layer from this state (`starts`) instead of at the embedding;
           the same logits as the full pass when nothing before that block is patched, which is
           then refused (node patches of earlier writers, edges into earlier readers). Writers
@@ -146,7 +152,8 @@ class Adapter:
         """
         batch = int(tokens.shape[0])
         plan = Plan.make(self, reference or {}, nodes or {}, edges or {}, read_outputs, read_inputs,
-                          batch=batch, grad=grad, start=start, edge_matrix=edge_matrix)
+                          batch=batch, grad=grad, start=start, edge_matrix=edge_matrix, groups=groups,
+                          offsets=offsets)
         resume = None if start is None else (start.layer, repeat_to(start.resid, batch))
         with torch.set_grad_enabled(grad), _lean(self.model):
             logits = tlens.run_with_hooks(self.model, tokens, attention_mask, plan.hooks(), start=resume)

@@ -10,11 +10,12 @@ import pytest
 import torch
 
 from eval.ablation import behaviour, behaviour_tensor, make_context
-from eval.acdc import AcdcOptions, acdc
+from eval.acdc import AcdcOptions, acdc, acdc_metric, acdc_sweep
 from eval.baselines import REGISTRY
 from eval.edge_patching import (IGOptions, PatchingOptions, eap, eap_ig_activations, eap_ig_inputs, edge_effects,
                                 edge_patching, inert_edges, readers, writers)
 from eval.ensemble import EnsembleOptions, ensemble, normalised
+from eval.circuit import promote
 from eval.graph import graph_of, mib_edge_count, promote_scores
 from eval.hooks import adapt
 from eval.ifr import ifr
@@ -174,6 +175,55 @@ def test_acdc_removes_edges_that_change_nothing():
     assert not any(dst.startswith("a1.") for _, dst in zero.edges)
     assert not any(src.startswith("a1.") for src, _ in zero.edges)
     assert ("m1", "logits") in zero.edges
+
+
+def naive_acdc(ctx, taus, metric):
+    """ACDC as written: each τ on its own, one full forward pass per edge with every removed edge
+    patched by name (no start state, no offsets, no shared row blocks)."""
+    a, task, qkv = ctx.adapter, ctx.task, ctx.graph.at("qkv")
+    incoming, outgoing = {}, {}
+    for src, dst in qkv.edges:
+        incoming.setdefault(dst, []).append(src)
+        outgoing.setdefault(src, []).append((src, dst))
+    out = []
+    for tau in taus:
+        removed, current = set(), float(metric(ctx.forward()))
+        for reader in reversed(readers(qkv)):
+            node = promote(reader)
+            for src in reversed(incoming[reader]):
+                edge = (src, reader)
+                if node != "logits" and all(e in removed for e in outgoing[node]):
+                    removed.add(edge)
+                    continue
+                run = a.run(task.tokens, task.mask, reference=ctx.reference,
+                            edges={e: 1.0 for e in removed | {edge}})
+                value = float(metric(run.logits))
+                if value - current <= tau:
+                    removed.add(edge)
+                    current = value
+        out.append(removed)
+    return out
+
+
+@pytest.mark.parametrize("causal,zero", [(True, ()), (False, ()), (True, ("blocks.1.attn.W_Q",))],
+                         ids=["causal", "bidirectional", "blind-queries"])
+@pytest.mark.parametrize("ablation", ["resample", "mean"])
+@pytest.mark.parametrize("max_rows", [8, 2048], ids=["one-circuit-a-pass", "every-circuit-a-pass"])
+def test_acdc_sweep_equals_one_pass_per_edge_and_tau(causal, zero, ablation, max_rows):
+    """The sweep (start states, fixed offsets for writers before the start, dense group weights,
+    τ sharing a row block, edges that move nothing removed without a pass) removes exactly what
+    the plain algorithm removes, τ by τ."""
+    model = tiny_model(layers=3, heads=2, causal=causal, seed=2, zero=zero)
+    task = tiny_task(model, seed=2)  # one padded row
+    graph = graph_of(model)
+    ctx = make_context(model, task, graph, ablation)
+    taus = (0.0, 1e-3, 1e-2, 3e-2, 0.1, math.inf)
+    metric = acdc_metric("divergence", task, ctx.forward())
+    expected = naive_acdc(ctx, taus, metric)
+    assert 0 < len(expected[1]) < len(graph.at("qkv").edges)  # a grid that keeps some and removes some
+    got = acdc_sweep(ctx, taus, metric, max_rows=max_rows)
+    for tau, want, have in zip(taus, expected, got):
+        assert have == want, f"tau={tau}: {sorted(have ^ want)}"
 
 
 @pytest.mark.parametrize("method", [node_sp, edge_sp])

@@ -228,3 +228,88 @@ def test_every_edge_into_the_logits_gives_the_counterfactual_logits(layers):
     cf = ctx.adapter.forward(task.cf_tokens, task.cf_mask)
     torch.testing.assert_close(patched, cf, atol=ATOL, rtol=0)
     assert (cf - ctx.adapter.forward(task.tokens, task.mask)).abs().max() > 1e-3
+
+
+def test_group_weights_and_offsets_equal_the_edges_they_stand_for(ctx):
+    """ACDC's pass: edges from writers the pass recomputes as dense weights on a GroupLayout, edges
+    from writers before the start as fixed offsets (reference - clean, through W_Q/K/V for a head's
+    input), a reference of one block's rows for two row blocks: the logits of the same edges
+    patched by name from the embedding."""
+    from eval.hooks import GroupLayout, GroupWeights, Offsets, order
+
+    a, task = ctx.adapter, ctx.task
+    n, k, start = task.n, 2, 1
+    gen = torch.Generator().manual_seed(4)
+    edges = [e for e in ctx.graph.at("qkv").edges if not e[1].startswith(("a0.", "m0"))]  # readers from the start
+    weights = torch.randint(0, 2, (k, len(edges)), generator=gen).float()
+    clean = a.outputs(task.tokens, task.mask, ctx.reference)
+    live = {e for e in edges if order(e[0])[0] >= start}  # writers the pass recomputes
+    sources = {}
+    for src, dst in live:
+        sources.setdefault(_group_slot(dst, a.n_heads)[0], set()).add(src)
+    layout = GroupLayout.make({key: tuple(sorted(names, key=order)) for key, names in sources.items()}, a.n_layers)
+    group_w = {key: torch.zeros(k, 3 * a.n_heads if key[0] == "a" else 1, len(names))
+               for key, names in layout.sources.items()}
+    qkv = {l: torch.zeros(k, n, *clean["input"].shape[1:2], 3, a.n_heads, a.attn["W_Q"].shape[-1])
+           for l in range(start, a.n_layers)}
+    resid = {r: torch.zeros(k, *clean["input"].shape) for r in ("logits", *(f"m{l}" for l in range(start, a.n_layers)))}
+    for j, (src, dst) in enumerate(edges):
+        key, row = _group_slot(dst, a.n_heads)
+        for b in range(k):
+            if not weights[b, j]:
+                continue
+            if (src, dst) in live:
+                group_w[key][b, row, layout.sources[key].index(src)] = 1.0
+                continue
+            move = ctx.reference[src].expand_as(clean[src]) - clean[src]
+            if key[0] == "a":
+                W = a.attn[f"W_{'QKV'[row // a.n_heads]}"][key[1], row % a.n_heads]
+                qkv[key[1]][b, :, :, row // a.n_heads, row % a.n_heads] += move @ W
+            else:
+                resid["logits" if key[0] == "logits" else f"m{key[1]}"][b] += move
+    tokens, mask = task.tokens.repeat(k, 1), task.mask.repeat(k, 1)
+    got = a.run(tokens, mask, reference=ctx.reference, start=ctx.starts[start],
+                groups=GroupWeights(layout=layout, weights=group_w),
+                offsets=Offsets(qkv={l: o.flatten(0, 1) for l, o in qkv.items()},
+                                resid={r: o.flatten(0, 1) for r, o in resid.items()})).logits
+    reference = {w: v.expand_as(clean[w]).repeat(k, 1, 1) for w, v in ctx.reference.items()}
+    rows_w = weights.repeat_interleave(n, dim=0)
+    want = a.run(tokens, mask, reference=reference, edges={e: rows_w[:, j] for j, e in enumerate(edges)}).logits
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=0)
+    assert (want - a.forward(tokens, mask)).abs().max() > 1e-3
+    assert live and len(live) < len(edges)  # both kinds are in use
+
+
+def _group_slot(reader: str, n_heads: int) -> tuple[tuple[str, int], int]:
+    if reader == "logits":
+        return ("logits", 0), 0
+    if reader.startswith("m"):
+        return ("m", int(reader[1:])), 0
+    layer, rest = reader[1:].split(".h")
+    head, x = rest[:-3], rest[-2]
+    return ("a", int(layer)), "qkv".index(x) * n_heads + int(head)
+
+
+def test_group_layouts_and_offsets_refuse_what_they_cannot_do(ctx):
+    from eval.hooks import GroupLayout, GroupWeights, Offsets
+
+    a, task = ctx.adapter, ctx.task
+    with pytest.raises(ValueError, match="does not feed"):
+        GroupLayout.make({("a", 1): ("a1.h0",)}, a.n_layers)
+    with pytest.raises(ValueError, match="forward order"):
+        GroupLayout.make({("m", 1): ("a1.h0", "a0.h0")}, a.n_layers)
+    layout = GroupLayout.make({("m", 1): ("a0.h0", "a1.h0")}, a.n_layers)
+    with pytest.raises(ValueError, match="weights must be"):
+        a.run(task.tokens, task.mask, reference=ctx.reference,
+              groups=GroupWeights(layout=layout, weights={("m", 1): torch.ones(1, 1, 3)}))
+    with pytest.raises(ValueError, match="not both"):
+        a.run(task.tokens, task.mask, reference=ctx.reference, edges={("input", "m1"): 1.0},
+              groups=GroupWeights(layout=layout, weights={("m", 1): torch.ones(1, 1, 2)}))
+    with pytest.raises(ValueError, match="comes before"):
+        a.run(task.tokens, task.mask, reference=ctx.reference, start=ctx.starts[2],
+              groups=GroupWeights(layout=layout, weights={("m", 1): torch.ones(1, 1, 2)}))
+    off = torch.zeros(task.n, task.tokens.shape[1], 3, a.n_heads, a.attn["W_Q"].shape[-1])
+    with pytest.raises(ValueError, match="read inputs"):
+        a.run(task.tokens, task.mask, offsets=Offsets(qkv={1: off}), read_inputs=["a1.h0<q>"])
+    with pytest.raises(ValueError, match="offset of m0"):
+        a.run(task.tokens, task.mask, start=ctx.starts[1], offsets=Offsets(resid={"m0": torch.zeros(task.n, 6, 8)}))

@@ -1,22 +1,27 @@
 """Edge patches into a set of readers -> the change of their inputs, Δ_r = Σ_s W[r, s] (reference_s -
 current_s), summed by chunks of senders. Private to eval.hooks (through eval.hook_plan), split off
-to keep each module readable.
+to keep each module readable; eval.hooks re-exports the layout and offset types a sweep builds.
 
 Why chunks: a pass with 10^4 edges (ACDC, edge subnetwork probing) spends most of its time here,
 not in the model. Each chunk's differences are subtracted and stacked once per pass, laid out as
 the row blocks' products read them, and a reader adds one product per chunk it reads.
+
+Edges come by name (`make_group`, from Adapter.run's edges and edge_matrix) or as dense weights per
+reader group on a GroupLayout that a sweep makes once (`GroupWeights`, ACDC); Offsets are fixed
+input changes a sweep has summed itself.
 """
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 import torch
 
-from eval.circuit import parse_node
+from eval.circuit import LOGITS, head_node, mlp_node, parse_node
 
+QKV = ("q", "k", "v")
 Weight = float | torch.Tensor
 """How far a patched value moves towards the reference: 1 replaces it, 0 leaves it; a float, or
 a [batch] tensor with one weight per row."""
@@ -256,3 +261,60 @@ class Offsets:
     change of their inputs through W_Q, W_K and W_V (no bias; zoo models have no LayerNorm)."""
     resid: Mapping[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     """`m{l}` or `logits` -> the change of that reader's input [batch, pos, d_model]."""
+
+
+def keyed_groups(a: Any, by_reader: Mapping[str, Mapping[str, Weight]], by_col: Mapping[str, Mapping[str, int]],
+                  batch: int, matrix: torch.Tensor | None):
+    """eval.hook_plan.Plan.make's groups and chunk writers from edges given by name (weights, edge-matrix columns)."""
+    H = a.n_heads
+    attn_groups, mlp_groups = {}, {}
+    for layer in range(a.n_layers):
+        readers = [head_node(layer, h, x) for x in QKV for h in range(H)]
+        if any(r in by_reader or r in by_col for r in readers):
+            attn_groups[layer] = make_group(readers, by_reader, by_col, batch, matrix)
+        if mlp_node(layer) in by_reader or mlp_node(layer) in by_col:
+            mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix)
+    logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix)
+                    if LOGITS in by_reader or LOGITS in by_col else None)
+    covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
+    covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
+    if logits_group is not None:
+        covers[("logits", 0)] = (logits_group, logits_cover(a.n_layers))
+    chunks: dict[Chunk, set[str]] = {}
+    for group, cover in covers.values():
+        for chunk in cover:
+            mine = {src for src in group.sources if in_chunk(src, chunk)}
+            if mine:
+                chunks.setdefault(chunk, set()).update(mine)
+    chunk_sources = {c: tuple(sorted(chunks[c], key=order)) for c in sorted(chunks)}
+    split = {key: split_group(group, cover, chunk_sources) for key, (group, cover) in covers.items()}
+    return ({l: split[("a", l)] for l in attn_groups}, {l: split[("m", l)] for l in mlp_groups},
+            split.get(("logits", 0)), chunk_sources)
+
+
+def given_groups(a: Any, groups: GroupWeights, batch: int, first: int):
+    """eval.hook_plan.Plan.make's groups and chunk writers from dense weights on a GroupLayout: the layout's
+    column split, no per-edge work."""
+    layout, H = groups.layout, a.n_heads
+    if layout.n_layers != a.n_layers:
+        raise ValueError(f"a group layout for {layout.n_layers} layers, the model has {a.n_layers}")
+    attn, mlp, logits = {}, {}, None
+    for key, w in groups.weights.items():
+        kind, layer = key
+        if key not in layout.sources:
+            raise ValueError(f"group {key} is not in the layout")
+        rows = 3 * H if kind == "a" else 1
+        if w.dim() != 3 or w.shape[1:] != (rows, len(layout.sources[key])) or batch % max(1, w.shape[0]):
+            raise ValueError(f"group {key} weights must be [a divisor of {batch}, {rows}, "
+                             f"{len(layout.sources[key])}], got {list(w.shape)}")
+        if kind != "logits" and layer < first:
+            raise ValueError(f"a pass starting at block {first} cannot patch group {key}: it comes before it")
+        group = layout.group(key, w)
+        if kind == "a":
+            attn[layer] = group
+        elif kind == "m":
+            mlp[layer] = group
+        else:
+            logits = group
+    used = {c for key in groups.weights for c, _, _ in layout.splits[key]}
+    return attn, mlp, logits, {c: layout.chunk_sources[c] for c in layout.chunk_sources if c in used}

@@ -13,9 +13,7 @@ from typing import Any
 import torch
 
 from eval.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node
-from eval.edge_groups import (Chunk, Group, GroupWeights, Offsets, Weight, chunk_cover, in_chunk, logits_cover,
-                              make_group, order, split_group)
-QKV = ("q", "k", "v")
+from eval.edge_groups import QKV, Chunk, Group, GroupWeights, Offsets, Weight, given_groups, keyed_groups, order
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -130,18 +128,15 @@ class Plan:
         if groups is not None:
             if edges or edge_matrix is not None:
                 raise ValueError("give edge patches as edges and edge_matrix, or as groups, not both")
-            attn_groups, mlp_groups, logits_group, chunk_sources = _given_groups(a, groups, batch, first)
+            attn_groups, mlp_groups, logits_group, chunk_sources = given_groups(a, groups, batch, first)
             senders = {s for names in chunk_sources.values() for s in names}
-            missing = sorted({*nodes, *senders} - set(reference))
-            if missing:
-                raise ValueError(f"no reference value for {', '.join(missing)}")
         else:
+            attn_groups, mlp_groups, logits_group, chunk_sources = keyed_groups(a, by_reader, by_col, batch,
+                                                                                  matrix)
             senders = {s for by in (by_reader, by_col) for srcs in by.values() for s in srcs}
-            missing = sorted({*nodes, *senders} - set(reference))
-            if missing:
-                raise ValueError(f"no reference value for {', '.join(missing)}")
-            attn_groups, mlp_groups, logits_group, chunk_sources = _keyed_groups(a, by_reader, by_col, batch,
-                                                                                   matrix)
+        missing = sorted({*nodes, *senders} - set(reference))
+        if missing:
+            raise ValueError(f"no reference value for {', '.join(missing)}")
         plan = cls(a=a, reference=reference, patch={n: _row_weight(w, batch) for n, w in nodes.items()},
                    attn_groups=attn_groups, mlp_groups=mlp_groups, logits_group=logits_group,
                    read_out=read_out, read_in=read_in, grad=grad, start=start, chunk_sources=chunk_sources,
@@ -202,8 +197,9 @@ class Plan:
                                 dtype=self.out[writers[0]].dtype)
                 for i, w in enumerate(writers):
                     ref, rows = self.reference[w], int(self.reference[w].shape[0])
-                    torch.sub(ref.reshape(G if rows == b else 1, rows if rows < b else b // G, -1),
-                              self.out[w].reshape(G, b // G, -1), out=D[:, i].view(G, b // G, -1))
+                    lead = (G, b // G) if rows == b else (1, rows)  # 1 or b // G rows: every block's
+                    torch.sub(ref.reshape(*lead, -1), self.out[w].reshape(G, b // G, -1),
+                              out=D[:, i].view(G, b // G, -1))
             self.diffs[(chunk, G)] = D
         return self.diffs[(chunk, G)]
 
@@ -304,63 +300,6 @@ def _minus(reference: torch.Tensor, current: torch.Tensor) -> torch.Tensor:
     if b % r:
         raise ValueError(f"a reference of {r} rows cannot fill a batch of {b}")
     return (reference - current.view(b // r, *reference.shape)).view(current.shape)
-
-
-def _keyed_groups(a: Any, by_reader: Mapping[str, Mapping[str, Weight]], by_col: Mapping[str, Mapping[str, int]],
-                  batch: int, matrix: torch.Tensor | None):
-    """Plan.make's groups and chunk writers from edges given by name (weights, edge-matrix columns)."""
-    H = a.n_heads
-    attn_groups, mlp_groups = {}, {}
-    for layer in range(a.n_layers):
-        readers = [head_node(layer, h, x) for x in QKV for h in range(H)]
-        if any(r in by_reader or r in by_col for r in readers):
-            attn_groups[layer] = make_group(readers, by_reader, by_col, batch, matrix)
-        if mlp_node(layer) in by_reader or mlp_node(layer) in by_col:
-            mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix)
-    logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix)
-                    if LOGITS in by_reader or LOGITS in by_col else None)
-    covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
-    covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
-    if logits_group is not None:
-        covers[("logits", 0)] = (logits_group, logits_cover(a.n_layers))
-    chunks: dict[Chunk, set[str]] = {}
-    for group, cover in covers.values():
-        for chunk in cover:
-            mine = {src for src in group.sources if in_chunk(src, chunk)}
-            if mine:
-                chunks.setdefault(chunk, set()).update(mine)
-    chunk_sources = {c: tuple(sorted(chunks[c], key=order)) for c in sorted(chunks)}
-    split = {key: split_group(group, cover, chunk_sources) for key, (group, cover) in covers.items()}
-    return ({l: split[("a", l)] for l in attn_groups}, {l: split[("m", l)] for l in mlp_groups},
-            split.get(("logits", 0)), chunk_sources)
-
-
-def _given_groups(a: Any, groups: GroupWeights, batch: int, first: int):
-    """Plan.make's groups and chunk writers from dense weights on a GroupLayout: the layout's
-    column split, no per-edge work."""
-    layout, H = groups.layout, a.n_heads
-    if layout.n_layers != a.n_layers:
-        raise ValueError(f"a group layout for {layout.n_layers} layers, the model has {a.n_layers}")
-    attn, mlp, logits = {}, {}, None
-    for key, w in groups.weights.items():
-        kind, layer = key
-        if key not in layout.sources:
-            raise ValueError(f"group {key} is not in the layout")
-        rows = 3 * H if kind == "a" else 1
-        if w.dim() != 3 or w.shape[1:] != (rows, len(layout.sources[key])) or batch % max(1, w.shape[0]):
-            raise ValueError(f"group {key} weights must be [a divisor of {batch}, {rows}, "
-                             f"{len(layout.sources[key])}], got {list(w.shape)}")
-        if kind != "logits" and layer < first:
-            raise ValueError(f"a pass starting at block {first} cannot patch group {key}: it comes before it")
-        group = layout.group(key, w)
-        if kind == "a":
-            attn[layer] = group
-        elif kind == "m":
-            mlp[layer] = group
-        else:
-            logits = group
-    used = {c for key in groups.weights for c, _, _ in layout.splits[key]}
-    return attn, mlp, logits, {c: layout.chunk_sources[c] for c in layout.chunk_sources if c in used}
 
 
 def _checked_offsets(offsets: Offsets, a: Any, batch: int, first: int, read_in: tuple[str, ...]) -> Offsets:

@@ -24,7 +24,7 @@ from typing import Any
 
 import torch
 
-from eval.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node, promote
+from eval.circuit import INPUT, LOGITS, mlp_node, parse_node, promote
 from eval.hooks import QKV, GroupKey, GroupLayout, GroupWeights, Offsets, feeds, order
 
 Edge = tuple[str, str]
@@ -52,8 +52,7 @@ class Sweep:
         self.max_rows = max_rows  # rows per pass: max_rows // n circuits
         self.L, self.H, self.n = a.n_layers, a.n_heads, task.n
         T = len(taus)
-        self.writers = tuple(sorted({INPUT, *(head_node(l, h) for l in range(self.L) for h in range(self.H)),
-                                     *(mlp_node(l) for l in range(self.L))}, key=order))
+        self.writers = (INPUT, *ctx.graph.components)  # forward order
         self.col = {w: i for i, w in enumerate(self.writers)}
         with torch.no_grad():
             clean = a.outputs(task.tokens, task.mask, self.writers)

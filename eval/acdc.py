@@ -32,7 +32,7 @@ from eval.circuit import promote
 from eval.acdc_sweep import Sweep
 from eval.edge_patching import Edge, Metric, readers
 from eval.graph import ComputationGraph
-from eval.methods import CircuitRun, Method, MethodOutput
+from eval.methods import CircuitRun, Method, MethodOutput, Progress
 from eval.task import TaskData
 
 AcdcMetric = Literal["divergence", "logit_diff"]
@@ -75,21 +75,27 @@ def acdc_metric(kind: AcdcMetric, task: TaskData, full_logits: torch.Tensor) -> 
     raise ValueError(f"unknown ACDC metric {kind!r}; allowed: divergence, logit_diff")
 
 
-def acdc_sweep(ctx: Any, taus: tuple[float, ...], metric: Metric, *, max_rows: int) -> list[set[Edge]]:
-    """The removed q/k/v edges for each τ (ACDC's reverse topological sweep, all τ at once)."""
+def acdc_sweep(ctx: Any, taus: tuple[float, ...], metric: Metric, *, max_rows: int,
+               progress: Progress | None = None) -> list[set[Edge]]:
+    """The removed q/k/v edges for each τ (ACDC's reverse topological sweep, all τ at once);
+    progress counts the edges decided."""
     qkv = ctx.graph.at("qkv")
     incoming: dict[str, list[str]] = {}
     for src, dst in qkv.edges:
         incoming.setdefault(dst, []).append(src)
     sweep = Sweep(ctx, qkv.edges, taus, metric, max_rows=max_rows)
+    done, total = 0, len(qkv.edges)
     for reader in reversed(readers(qkv)):
         for src in reversed(incoming[reader]):
             sweep.decide((src, reader))
+            done += 1
+            if progress is not None:
+                progress(done, total)
     return sweep.removed
 
 
 def acdc(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: AblationKind = "resample",
-         options: AcdcOptions = AcdcOptions()) -> MethodOutput:
+         options: AcdcOptions = AcdcOptions(), progress: Progress | None = None) -> MethodOutput:
     """ACDC on the q/k/v edge graph: one circuit per τ in options.taus (the first is the chosen one)."""
     if not options.taus:
         raise ValueError("ACDC needs at least one threshold τ")
@@ -99,7 +105,7 @@ def acdc(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: Ablat
     with torch.no_grad():
         full = ctx.forward()
     metric = acdc_metric(options.metric, task, full)
-    removed = acdc_sweep(ctx, tuple(options.taus), metric, max_rows=options.max_rows)
+    removed = acdc_sweep(ctx, tuple(options.taus), metric, max_rows=options.max_rows, progress=progress)
     edges = graph.at("qkv").edges
     circuits = []
     for tau, gone in zip(options.taus, removed):

@@ -24,7 +24,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from eval.evaluation import Settings, Target, evaluate
+from eval.evaluation import RunProgress, Settings, Target, evaluate
 from eval.methods import Method, MethodError, get_method
 from eval.report import MethodResult
 from eval.score_files import file_stem
@@ -297,9 +297,10 @@ def cell_from_result(r: MethodResult, *, method: str, entry: BenchEntry, seed: i
 
 
 def run_bench(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], settings: BenchSettings,
-              cache: str | Path, *, progress: Callable[[Cell, bool], None] | None = None) -> BenchRun:
+              cache: str | Path, *, progress: Callable[[Cell, bool], None] | None = None,
+              runs: RunProgress | None = None) -> BenchRun:
     """Every method on every entry, from the cache where its key matches. `progress(cell, cached)`
-    is called once per cell. A method's failure on an entry is an `error` cell, not the end of
+    is called once per cell, `runs` as each method run of a computed cell begins (eval.evaluate). A method's failure on an entry is an `error` cell, not the end of
     the run; Ctrl-C ends it, leaving the finished cells cached."""
     cache = Path(cache)
     scorer = scorer_fingerprint()
@@ -331,7 +332,7 @@ def run_bench(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], set
                     target = entry.load()
                 except (ValueError, OSError, MethodError) as exc:
                     load_error = f"cannot load {entry.name}: {exc}"
-            cell = _compute(entry, method, settings, target, score_path) if target is not None else Cell(
+            cell = _compute(entry, method, settings, target, score_path, runs) if target is not None else Cell(
                 method=method.key, entry=entry.name, model=entry.model, seed=settings.seed, status="error",
                 message=load_error)
             if cell.status == "ok":
@@ -344,12 +345,12 @@ def run_bench(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], set
 
 
 def _compute(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, target: Target,
-             score_path: Path | None) -> Cell:
+             score_path: Path | None, runs: RunProgress | None) -> Cell:
     try:
         if method.source == "scores":
             report = evaluate(target, (), scores=[score_path], settings=settings.evaluation())
         else:
-            report = evaluate(target, [method.method], settings=settings.evaluation())
+            report = evaluate(target, [method.method], settings=settings.evaluation(), progress=runs)
     except (MethodError, ValueError) as exc:
         text = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         return Cell(method=method.key, entry=entry.name, model=entry.model, seed=settings.seed, status="error",

@@ -43,7 +43,7 @@ import torch
 from eval.ablation import AblationContext, AblationKind, behaviour_tensor, make_context
 from eval.circuit import INPUT, head_node, mlp_node, node_sort_key, parse_node
 from eval.graph import ComputationGraph
-from eval.methods import Method, MethodOutput
+from eval.methods import Method, MethodOutput, Progress
 from eval.task import TaskData
 
 GRAD_FLOATS = 64 * 2**20
@@ -99,14 +99,14 @@ def behaviour_metric(task: TaskData) -> Metric:
 
 
 def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, float]], metric: Metric, *,
-                    max_rows: int) -> torch.Tensor:
+                    max_rows: int, progress: Progress | None = None) -> torch.Tensor:
     """metric of the model with each set of q/k/v edges patched to the reference: [len(patch_sets)].
 
     The sets are stacked as row blocks of n rows (max_rows // n per forward pass), each block
     patching its own edges through per-row weights (eval.hooks). Nothing before the earliest
     patched reader of a pass differs from the clean run, so the pass starts at that reader's block
     from the clean state (ctx.starts): order the sets by their earliest reader's layer
-    (`reader_layer`) and most passes skip most blocks.
+    (`reader_layer`) and most passes skip most blocks. progress counts the sets done.
     """
     task = ctx.task
     n = task.n
@@ -134,6 +134,8 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
                                   edge_matrix=(keys, W), start=ctx.starts[min(layer, L - 1)])
         logits = run.logits.view(k, n, *run.logits.shape[1:])
         out += [metric(logits[i]).detach() for i in range(k)]
+        if progress is not None:
+            progress(len(out), len(patch_sets))
     return torch.stack(out) if out else torch.zeros(0)
 
 
@@ -154,13 +156,13 @@ def _edge_matrix(graph: ComputationGraph, sources: Sequence[str], dsts: Sequence
 # ---- exact edge patching ----
 
 def edge_effects(ctx: AblationContext, edges: Sequence[Edge], *, max_rows: int = 1024,
-                 metric: Metric | None = None) -> dict[Edge, float]:
+                 metric: Metric | None = None, progress: Progress | None = None) -> dict[Edge, float]:
     """Exact m(clean) - m(edge patched) for each q/k/v edge, batched over edges."""
     m = metric or behaviour_metric(ctx.task)
     with torch.no_grad():
         clean = float(m(ctx.forward()))
     ordered = _by_reader_layer(ctx, edges)
-    patched = patched_metrics(ctx, [{e: 1.0} for e in ordered], m, max_rows=max_rows)
+    patched = patched_metrics(ctx, [{e: 1.0} for e in ordered], m, max_rows=max_rows, progress=progress)
     effects = {e: clean - float(v) for e, v in zip(ordered, patched)}
     return {e: effects[e] for e in edges}
 
@@ -174,10 +176,11 @@ def _by_reader_layer(ctx: AblationContext, edges: Sequence[Edge]) -> list[Edge]:
 
 
 def edge_patching(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: AblationKind = "resample",
-                  options: PatchingOptions = PatchingOptions()) -> MethodOutput:
+                  options: PatchingOptions = PatchingOptions(), progress: Progress | None = None) -> MethodOutput:
     """Exact activation patching of every q/k/v edge: m(clean) - m(only that edge patched)."""
     ctx = make_context(model, task, graph, ablation)
-    return MethodOutput(edge_scores=edge_effects(ctx, graph.at("qkv").edges, max_rows=options.max_rows))
+    return MethodOutput(edge_scores=edge_effects(ctx, graph.at("qkv").edges, max_rows=options.max_rows,
+                                                 progress=progress))
 
 
 def logit_movement(ctx: AblationContext, edges: Sequence[Edge], *, max_rows: int = 1024) -> dict[Edge, float]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -19,12 +19,16 @@ from eval.circuit import Circuit, edge_name
 from eval.chance import chance_line, circuit_chance, output_kind
 from eval.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
 from eval.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
-from eval.methods import Method, MethodError, MethodOutput, call_method, get_method, read_score_file
+from eval.methods import Method, MethodError, MethodOutput, Progress, call_method, get_method, read_score_file
 from eval.score_files import save_output
 from eval.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
 from eval.edge_patching import inert_edges
 from eval.report import EvalReport, Inert, LevelResult, MethodResult, versions
 from eval.task import TaskData, make_task
+
+RunProgress = Callable[[str, int, int], Progress | None]
+"""progress(method key, run, runs) as each method run (main, then the stability reruns) begins ->
+None or a callback for that run's own steps (eval.methods.Progress); `zoo eval` draws a bar."""
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Target:
@@ -77,11 +81,13 @@ class Settings:
 
 def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = (), *,
              scores: str | Path | Sequence[str | Path] = (), settings: Settings | None = None,
-             save_scores: str | Path | None = None, **overrides: Any) -> EvalReport:
+             save_scores: str | Path | None = None, progress: RunProgress | None = None,
+             **overrides: Any) -> EvalReport:
     """Evaluate methods (registry keys, `package.module:function`, Method records) and / or MIB
     score files on a Target; keyword overrides set Settings fields. `zoo.evaluate` builds the
     Target from an entry, a compiled case or a case id. With `save_scores`, each method's main run
-    is written there as MIB files (eval.score_files)."""
+    is written there as MIB files (eval.score_files). `progress` hears of every method run as it
+    begins (RunProgress)."""
     s = dataclasses.replace(settings or Settings(), **overrides)
     if s.chance_draws < 2:
         raise ValueError(f"chance_draws must be at least 2 (a standard error needs two draws), got {s.chance_draws}")
@@ -103,7 +109,9 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
     results = []
     for method in resolved:
         start = time.perf_counter()
-        out = call_method(method, t.model, task, graph=graph, seed=s.seed, ablation=s.ablation)
+        runs = s.stability_seeds if method.seeded and s.stability_seeds > 1 else 1
+        out = call_method(method, t.model, task, graph=graph, seed=s.seed, ablation=s.ablation,
+                          progress=progress(method.key, 0, runs) if progress else None)
         if save_scores is not None:
             save_output(out, graph, Path(save_scores), method.key,
                         cfg={"case": t.case.id, "model": t.which, "seed": s.seed, "n": s.n, "ablation": s.ablation})
@@ -111,7 +119,8 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
         if method.seeded and s.stability_seeds > 1:
             for k in range(1, s.stability_seeds):
                 task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
-                reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation))
+                reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation,
+                                          progress=progress(method.key, k, runs) if progress else None))
         results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb,
                               s, inert))
     for path, out in files:

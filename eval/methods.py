@@ -2,7 +2,8 @@
 
 A method is a plain function `f(model, task, **options)` returning node and/or edge scores, or
 one binary circuit per hyperparameter value. It receives only the keyword options its signature
-names (`graph`, `seed`, `ablation`), so the shortest method is
+names (`graph`, `seed`, `ablation`, and `progress`, a `Progress` callback a long method may call
+with its units of work done so far), so the shortest method is
 
     def my_method(model, task):
         return {"nodes": {"a1.h0": 0.9, "m0": 0.1}}
@@ -27,6 +28,10 @@ from eval.circuit import parse_edge, promote
 from eval.graph import ComputationGraph, promote_node_scores
 
 MethodKind = Literal["scores", "circuits"]
+
+Progress = Callable[[int, int], None]
+"""progress(done, total): a long method's units of work so far (edges decided, passes, steps), for a
+progress bar; calling it is optional and changes no result."""
 
 
 class MethodError(ValueError):
@@ -78,13 +83,17 @@ class Method:
 
 
 def call_method(method: Method, model: Any, task: Any, *, graph: ComputationGraph, seed: int,
-                ablation: str) -> MethodOutput:
-    """Run `method` once and validate what it returns; any failure is a one-line MethodError."""
-    options = {"graph": graph, "seed": seed, "ablation": ablation}
+                ablation: str, progress: Progress | None = None) -> MethodOutput:
+    """Run `method` once and validate what it returns; any failure is a one-line MethodError.
+    `progress` reaches only a method whose signature names it (not one taking **kwargs, which
+    may pass its options on to code that does not expect it)."""
+    options: dict[str, Any] = {"graph": graph, "seed": seed, "ablation": ablation}
     try:
         params = inspect.signature(method.function).parameters
         if not any(p.kind is inspect.Parameter.VAR_KEYWORD for p in params.values()):
             options = {k: v for k, v in options.items() if k in params}
+        if progress is not None and "progress" in params:
+            options["progress"] = progress
     except (TypeError, ValueError):  # builtins without a signature get every option
         pass
     try:

@@ -32,7 +32,7 @@ from eval.acdc import divergence_metric
 from eval.circuit import promote
 from eval.edge_patching import repeat_rows
 from eval.graph import ComputationGraph
-from eval.methods import CircuitRun, Method, MethodOutput
+from eval.methods import CircuitRun, Method, MethodOutput, Progress
 from eval.task import TaskData
 
 _ROW_FIELDS = ("tokens", "mask", "cf_tokens", "cf_mask", "labels", "cf_labels", "positions")
@@ -79,8 +79,8 @@ def open_probability(log_alpha: torch.Tensor) -> torch.Tensor:
 
 
 def _train(ctx: Any, units: list[Any], level: Literal["node", "edge"], penalties: tuple[float, ...],
-           options: SPOptions, seed: int) -> torch.Tensor:
-    """Trained log α [len(penalties), len(units)], every λ as its own row block."""
+           options: SPOptions, seed: int, progress: Progress | None) -> torch.Tensor:
+    """Trained log α [len(penalties), len(units)], every λ as its own row block; progress counts steps."""
     task = ctx.task
     n = min(task.n, options.batch)
     with torch.no_grad():
@@ -90,6 +90,7 @@ def _train(ctx: Any, units: list[Any], level: Literal["node", "edge"], penalties
     per = max(1, options.max_rows // n)
     generator = torch.Generator().manual_seed(seed)
     sources = sorted({u if level == "node" else u[0] for u in units})
+    total, done = -(-len(penalties) // per) * options.steps, 0
     for start in range(0, len(penalties), per):
         lams = torch.tensor(penalties[start:start + per], dtype=torch.float32)
         k = len(lams)
@@ -114,19 +115,23 @@ def _train(ctx: Any, units: list[Any], level: Literal["node", "edge"], penalties
             # Only log α's gradient: the model's weights are not trained, so autograd skips them.
             (log_alpha.grad,) = torch.autograd.grad(loss, [log_alpha])
             opt.step()
+            done += 1
+            if progress is not None:
+                progress(done, total)
         out.append(log_alpha.detach())
     return torch.cat(out)
 
 
 def _sp(model: Any, task: TaskData, graph: ComputationGraph, ablation: AblationKind, seed: int,
-        options: SPOptions, level: Literal["node", "edge"]) -> MethodOutput:
+        options: SPOptions, level: Literal["node", "edge"], progress: Progress | None) -> MethodOutput:
     if not options.penalties or any(not lam >= 0 for lam in options.penalties):
         raise ValueError(f"penalties must be a non-empty list of values >= 0, got {options.penalties}")
     if options.steps < 0 or not 0 < options.init_keep < 1:
         raise ValueError("steps must be >= 0 and init_keep in (0, 1)")
     ctx = make_context(model, task, graph, ablation)
     units: list[Any] = list(graph.components) if level == "node" else list(graph.at("qkv").edges)
-    kept = deterministic_mask(_train(ctx, units, level, tuple(options.penalties), options, seed)) > 0.5
+    kept = deterministic_mask(_train(ctx, units, level, tuple(options.penalties), options, seed,
+                                            progress)) > 0.5
     circuits = []
     for lam, row in zip(options.penalties, kept):
         chosen = [u for u, keep in zip(units, row.tolist()) if keep]
@@ -139,15 +144,17 @@ def _sp(model: Any, task: TaskData, graph: ComputationGraph, ablation: AblationK
 
 
 def node_sp(model: Any, task: TaskData, *, graph: ComputationGraph, seed: int = 0,
-            ablation: AblationKind = "resample", options: SPOptions = SPOptions()) -> MethodOutput:
+            ablation: AblationKind = "resample", options: SPOptions = SPOptions(),
+            progress: Progress | None = None) -> MethodOutput:
     """Subnetwork probing with a hard-concrete mask per head and MLP: one circuit per λ."""
-    return _sp(model, task, graph, ablation, seed, options, "node")
+    return _sp(model, task, graph, ablation, seed, options, "node", progress)
 
 
 def edge_sp(model: Any, task: TaskData, *, graph: ComputationGraph, seed: int = 0,
-            ablation: AblationKind = "resample", options: SPOptions = SPOptions()) -> MethodOutput:
+            ablation: AblationKind = "resample", options: SPOptions = SPOptions(),
+            progress: Progress | None = None) -> MethodOutput:
     """Edgewise subnetwork probing: a hard-concrete mask per q/k/v edge, one circuit per λ."""
-    return _sp(model, task, graph, ablation, seed, options, "edge")
+    return _sp(model, task, graph, ablation, seed, options, "edge", progress)
 
 
 METHODS = (

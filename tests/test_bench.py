@@ -236,3 +236,17 @@ def test_a_method_fingerprint_changes_with_the_helpers_its_module_imports(tmp_pa
     import eval.acdc  # noqa: F401
 
     assert {"eval.edge_patching", "eval.hooks", "eval.tlens"} <= set(module_closure(["eval.acdc"]))
+
+
+def test_runs_are_announced_for_computed_cells_only(case3, tmp_path):
+    heard: list[tuple[str, int, int]] = []
+
+    def runs(method: str, index: int, count: int):
+        heard.append((method, index, count))
+        return None
+
+    methods = [_method("scaled", scaled_method)]
+    run_bench([_entry(case3, "case-3")], methods, SETTINGS, tmp_path / "cache", runs=runs)
+    assert heard == [("scaled", i, SETTINGS.stability_seeds) for i in range(SETTINGS.stability_seeds)]
+    run_bench([_entry(case3, "case-3")], methods, SETTINGS, tmp_path / "cache", runs=runs)  # all cached
+    assert len(heard) == SETTINGS.stability_seeds

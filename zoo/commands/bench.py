@@ -94,7 +94,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     bar = _bar(len(entries) * len(methods))
     try:
         with _stdout_to_stderr():  # a method's prints must not reach --json
-            run = run_bench(entries, methods, settings, out / "cache", progress=bar)
+            run = run_bench(entries, methods, settings, out / "cache", progress=bar, runs=bar.runs)
     except KeyboardInterrupt:
         bar.close()
         print(f"zoo: finished cells are cached in {out / 'cache'}; rerun to compute only what is missing",
@@ -113,7 +113,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 
 def _bar(total: int):
-    """One tqdm bar over every (method, entry) cell; cached cells pass at once."""
+    """One tqdm bar over every (method, entry) cell; cached cells pass at once. `.runs` follows a
+    computing cell's runs and their steps in the postfix (eval.evaluation.RunProgress)."""
     from tqdm import tqdm
 
     bar = tqdm(total=total, file=sys.stderr, unit="cell", desc="bench", mininterval=0.25, leave=False,
@@ -123,7 +124,19 @@ def _bar(total: int):
         bar.set_postfix_str(f"{cell.method} on {cell.entry}{' (cached)' if cached else ''}", refresh=False)
         bar.update(1)
 
+    def runs(method: str, index: int, count: int):
+        head = f"{method} run {index + 1}/{count}" if count > 1 else method
+
+        def steps(done: int, total: int) -> None:
+            bar.set_postfix_str(f"{head}: {done}/{total}", refresh=False)
+            bar.update(0)  # redraws at most every mininterval
+
+        bar.set_postfix_str(head, refresh=False)
+        bar.update(0)
+        return steps
+
     step.close = bar.close  # type: ignore[attr-defined]
+    step.runs = runs  # type: ignore[attr-defined]
     return step
 
 

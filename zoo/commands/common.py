@@ -4,6 +4,7 @@ Standard library only (the CLI must start fast)."""
 from __future__ import annotations
 
 import argparse
+from typing import Any
 
 from zoo.errors import ZooError
 
@@ -59,3 +60,40 @@ def step_bar(total: int, desc: str | None = None):
 
     bar.update_to = update_to  # type: ignore[attr-defined]
     return bar
+
+
+def method_bars(file: Any = None, disable: bool | None = None):
+    """eval.evaluate's run progress as tqdm bars: one bar per method over its runs (the main run and
+    the stability reruns), the current run's own steps (edges decided, passes, SP steps) as its
+    postfix. Call `.close()` at the end. On stderr by default, and only when it is a terminal
+    (disable=None): a log or a caller reading the one-line error gets no bar."""
+    import sys
+
+    from tqdm import tqdm
+
+    file = sys.stderr if file is None else file
+
+    bars: list = []  # the current method's bar
+
+    def close() -> None:
+        while bars:
+            bars.pop().close()
+
+    def run(method: str, index: int, runs: int):
+        if index == 0:  # a new method
+            close()
+            bars.append(tqdm(total=runs, file=file, unit="run", desc=method, mininterval=0.25,
+                             leave=False, dynamic_ncols=True, disable=disable))
+        bar = bars[-1]
+        bar.n = index
+        bar.set_postfix_str("", refresh=False)
+        bar.update(0)
+
+        def step(done: int, total: int) -> None:
+            bar.set_postfix_str(f"{done}/{total}", refresh=done >= total)  # the last count always shows
+            bar.update(0)  # redraws at most every mininterval
+
+        return step
+
+    run.close = close  # type: ignore[attr-defined]
+    return run

@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from zoo.commands.common import resolve_case
+    from zoo.commands.common import method_bars, resolve_case
     from zoo.errors import ZooError
 
     if not args.method and not args.scores:
@@ -80,16 +80,19 @@ def run_eval(args: argparse.Namespace) -> int:
     from eval.report import table
     from zoo.targets import evaluate
 
+    bars = method_bars()
     try:
         with _stdout_to_stderr():  # whatever runs (a method, a library) prints to stderr, never into the report
             report = evaluate(case, args.method, scores=args.scores, model=args.model or "auto", root=args.root,
                               n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
                               stability_seeds=args.stability_seeds, permutations=args.permutations,
-                              save_scores=args.save_scores)
+                              save_scores=args.save_scores, progress=bars)
     except (MethodError, ValueError) as exc:
         raise ZooError(str(exc)) from None
     except OSError as exc:  # --save-scores could not be written
         raise ZooError(f"cannot write {exc.filename or args.save_scores}: {exc.strerror}") from None
+    finally:
+        bars.close()  # before any error line or the report
     if args.plots:
         _write_plots_atomically(report, Path(args.plots))
     if args.json:

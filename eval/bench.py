@@ -13,6 +13,7 @@ Entries are loaded lazily (only if one of their cells is missing) and once each.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
@@ -20,7 +21,7 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -80,6 +81,13 @@ class BenchSettings:
     """Runs per method for CAUSAL-BENCH stability (1: off; the leaderboard does not use it)."""
     chance_draws: int = 200
     """Monte-Carlo draws of circuit methods' chance lines."""
+    threads: int = 1
+    """torch CPU threads the cells are computed with (float results and wall times depend on it;
+    one thread is the fastest on small models and the same on every machine)."""
+
+    def __post_init__(self) -> None:
+        if self.threads < 1:
+            raise ValueError(f"threads must be at least 1, got {self.threads}")
 
     def evaluation(self) -> Settings:
         return Settings(n=self.n, seed=self.seed, ablation=self.ablation, stability_seeds=self.stability_seeds,
@@ -299,11 +307,31 @@ def cell_from_result(r: MethodResult, *, method: str, entry: BenchEntry, seed: i
 def run_bench(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], settings: BenchSettings,
               cache: str | Path, *, progress: Callable[[Cell, bool], None] | None = None,
               runs: RunProgress | None = None) -> BenchRun:
-    """Every method on every entry, from the cache where its key matches. `progress(cell, cached)`
-    is called once per cell, `runs` as each method run of a computed cell begins (eval.evaluate). A method's failure on an entry is an `error` cell, not the end of
-    the run; Ctrl-C ends it, leaving the finished cells cached."""
+    """Every method on every entry, from the cache where its key matches, on settings.threads
+    torch threads. `progress(cell, cached)` is called once per cell, `runs` as each method run of
+    a computed cell begins (eval.evaluate). A method's failure on an entry is an `error` cell, not
+    the end of the run; Ctrl-C ends it, leaving the finished cells cached."""
     cache = Path(cache)
     scorer = scorer_fingerprint()
+    with _torch_threads(settings.threads):
+        return _run(entries, methods, settings, cache, scorer, progress, runs)
+
+
+@contextlib.contextmanager
+def _torch_threads(threads: int) -> Iterator[None]:
+    """torch's CPU thread count for the block, the caller's restored after."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
+
+
+def _run(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], settings: BenchSettings, cache: Path,
+         scorer: str, progress: Callable[[Cell, bool], None] | None, runs: RunProgress | None) -> BenchRun:
     cells: list[Cell] = []
     computed = reused = 0
     for entry in entries:

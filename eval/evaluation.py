@@ -13,6 +13,8 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+import torch
+
 from eval.ablation import AblationKind, make_context
 from eval.baselines import REGISTRY
 from eval.circuit import Circuit, edge_name
@@ -137,6 +139,7 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
                                              "edges_qkv": len(graph.at("qkv").edges)},
         settings={**dataclasses.asdict(s), "weights": dict(s.weights) if s.weights else None,
                   "stability_run_seeds": [s.seed + k for k in range(max(1, s.stability_seeds))],
+                  "torch_threads": torch.get_num_threads(),  # float results and times depend on it
                   "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
                   "labels": "reference (compiled) model outputs",
                   "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",

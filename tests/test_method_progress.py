@@ -127,3 +127,64 @@ def test_zoo_eval_json_has_no_bar_off_a_terminal(cli_root, capsys):  # noqa: F81
     assert code == 0, err
     assert json.loads(out)["methods"][0]["key"] == "acdc"
     assert "\r" not in err  # stderr is no terminal here: no bar
+
+
+SEEN_THREADS: list[int] = []
+
+
+def threads_method(model, task):
+    import torch
+
+    SEEN_THREADS.append(torch.get_num_threads())
+    return {"nodes": {"m0": float(torch.get_num_threads())}}
+
+
+@pytest.mark.parametrize("verb", ["eval", "bench"])
+def test_threads_below_one_are_one_line_exit_2(cli_root, capsys, verb):  # noqa: F811
+    from zoo.cli import main
+
+    argv = (["eval", "case", "4", "--model", "compiled", "--method", "random"] if verb == "eval"
+            else ["bench", "--cases", "4", "--model", "compiled", "--method", "random"])
+    assert main([*argv, "--root", str(cli_root), "--threads", "0"]) == 2
+    out, err = capsys.readouterr()
+    assert out == "" and err == "zoo: error: --threads must be at least 1, got 0\n"
+
+
+def test_zoo_eval_runs_on_the_threads_it_is_given_and_records_them(cli_root, capsys):  # noqa: F811
+    import json
+
+    import torch
+
+    from zoo.cli import main
+
+    before = torch.get_num_threads()
+    try:
+        code = main(["eval", "case", "4", "--model", "compiled", "--root", str(cli_root), "--method",
+                     "test_method_progress:threads_method", "--threads", "2", "--json", *FAST])
+        out, err = capsys.readouterr()
+        assert code == 0, err
+        report = json.loads(out)
+        assert report["settings"]["torch_threads"] == 2
+        assert report["methods"][0]["node_scores"]["m0"] == 2.0
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_bench_computes_on_its_threads_and_restores_the_callers(cli_root, tmp_path):  # noqa: F811
+    import torch
+
+    from eval.bench import BenchSettings, run_bench
+    from test_bench import _entry, _method
+    from zoo.targets import resolve_target
+
+    target = resolve_target("4", "compiled", cli_root)
+    before = torch.get_num_threads()
+    for threads in (2, 1):
+        SEEN_THREADS.clear()
+        run = run_bench([_entry(target, "case-4")], [_method("threads", threads_method)],
+                        BenchSettings(n=16, chance_draws=20, threads=threads), tmp_path / "cache")
+        assert run.computed == 1  # threads enter the cache key
+        assert SEEN_THREADS == [threads]
+        assert torch.get_num_threads() == before
+    with pytest.raises(ValueError, match="threads must be at least 1"):
+        BenchSettings(threads=0)

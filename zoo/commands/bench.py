@@ -46,6 +46,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (default 100)")
     p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
                    help="how patched components are replaced (default resample)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: fastest on small models, and the same numbers and "
+                   "comparable times on every machine; large models gain from more; part of the cache key)")
     p.set_defaults(func=run_bench_command)
 
 
@@ -65,8 +68,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
     cases, planted = _split(args.cases, "--cases"), _split(args.planted, "--planted")
     keys = _split(args.method, "--method")
-    if args.n < 2:
-        raise ZooError(f"--n must be at least 2, got {args.n}")
+    for name, value in (("--n", args.n), ("--threads", args.threads)):
+        if value < (2 if name == "--n" else 1):
+            raise ZooError(f"{name} must be at least {2 if name == '--n' else 1}, got {value}")
     for key in keys:
         if ":" not in key and key not in BUILTIN_METHOD_KEYS:
             raise ZooError(f"unknown method {key!r}; known: {', '.join(BUILTIN_METHOD_KEYS)} "
@@ -90,7 +94,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     except MethodError as exc:
         raise ZooError(str(exc)) from None
     entries = bench_entries(root, cases=cases, planted=planted, model=args.model)
-    settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation)
+    settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, threads=args.threads)
     bar = _bar(len(entries) * len(methods))
     try:
         with _stdout_to_stderr():  # a method's prints must not reach --json

@@ -50,6 +50,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="runs per method for stability (default 10; 1 turns it off)")
     p.add_argument("--permutations", type=int, default=1000, metavar="B",
                    help="permutation-null size for cross-method convergence (default 1000)")
+    p.add_argument("--threads", type=int, default=1,
+                   help="torch CPU threads (default 1: fastest on small models, and the same numbers and "
+                   "comparable times on every machine; large models gain from more)")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--save-scores", metavar="DIR",
                    help="write each method's scores as a MIB score file DIR/<method>.json (circuit methods: "
@@ -66,7 +69,7 @@ def run_eval(args: argparse.Namespace) -> int:
         raise ZooError("name a method with --method (" + ", ".join(BUILTIN_METHOD_KEYS)
                        + ", or package.module:function) or a score file with --scores")
     for name, value, low in (("--n", args.n, 2), ("--stability-seeds", args.stability_seeds, 1),
-                             ("--permutations", args.permutations, 1)):
+                             ("--permutations", args.permutations, 1), ("--threads", args.threads, 1)):
         if value < low:
             raise ZooError(f"{name} must be at least {low}, got {value}")
     for path in args.scores:
@@ -76,9 +79,13 @@ def run_eval(args: argparse.Namespace) -> int:
         raise ZooError(f"--save-scores {args.save_scores!r} is a file; name a directory")
     case = resolve_case(args.kind, args.id)
 
+    import torch
+
     from eval.methods import MethodError
     from eval.report import table
     from zoo.targets import evaluate
+
+    torch.set_num_threads(args.threads)
 
     bars = method_bars()
     try:

@@ -83,7 +83,7 @@ class BenchSettings:
     """Monte-Carlo draws of circuit methods' chance lines."""
     threads: int = 1
     """torch CPU threads the cells are computed with (float results and wall times depend on it;
-    one thread is the fastest on small models and the same on every machine)."""
+    one thread gives the same numbers on every machine and does not stall beside a busy core)."""
 
     def __post_init__(self) -> None:
         if self.threads < 1:

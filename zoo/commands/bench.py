@@ -47,8 +47,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
                    help="how patched components are replaced (default resample)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: fastest on small models, and the same numbers and "
-                   "comparable times on every machine; large models gain from more; part of the cache key)")
+                   help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
+                   "and no stall when another process holds a core; more are faster on an idle machine; "
+                   "part of the cache key)")
     p.set_defaults(func=run_bench_command)
 
 

@@ -51,8 +51,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--permutations", type=int, default=1000, metavar="B",
                    help="permutation-null size for cross-method convergence (default 1000)")
     p.add_argument("--threads", type=int, default=1,
-                   help="torch CPU threads (default 1: fastest on small models, and the same numbers and "
-                   "comparable times on every machine; large models gain from more)")
+                   help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
+                   "and no stall when another process holds a core; more are faster on an idle machine)")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--save-scores", metavar="DIR",
                    help="write each method's scores as a MIB score file DIR/<method>.json (circuit methods: "

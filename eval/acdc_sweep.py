@@ -25,6 +25,7 @@ from typing import Any
 import torch
 
 from eval.circuit import INPUT, LOGITS, mlp_node, parse_node, promote
+from eval.edge_patching import reader_layer
 from eval.hooks import QKV, GroupKey, GroupLayout, GroupWeights, Offsets, feeds, order
 
 Edge = tuple[str, str]
@@ -84,7 +85,7 @@ class Sweep:
     def decide(self, edge: Edge) -> None:
         """Remove the edge for every τ whose metric grows by at most τ without it."""
         src, reader = edge
-        start = min(_layer(reader, self.L), self.L - 1)
+        start = min(reader_layer(reader, self.L), self.L - 1)
         while self.start > start:
             self._move_start(self.start - 1)
         key, row = _slot(reader, self.H)
@@ -123,14 +124,14 @@ class Sweep:
         idx = torch.tensor(taus)
         qkv = {l: self.off_qkv[l].index_select(0, idx) for l in range(s, self.L) if l in self.off_used}
         resid = {r: self.off_resid[r].index_select(0, idx) for r in self.off_resid
-                 if r in self.off_used and _layer(r, self.L) >= s}
+                 if r in self.off_used and reader_layer(r, self.L) >= s}
         key, row = _slot(reader, self.H)
         if key[0] == "a":
             base = qkv.get(key[1], self.off_qkv[key[1]].new_zeros(k, *self.off_qkv[key[1]].shape[1:]))
             base[:, :, :, row // self.H, row % self.H] += move
             qkv[key[1]] = base
         else:
-            r = LOGITS if key[0] == "logits" else mlp_node(key[1])
+            r = _resid_reader(key)
             resid[r] = resid.get(r, self.off_resid[r].new_zeros(k, *self.off_resid[r].shape[1:])) + move
         weights = {}
         for g, cols in self.live_cols.items():
@@ -171,7 +172,7 @@ class Sweep:
             self.off_qkv[key[1]][t, :, :, row // self.H, row % self.H] += move
             self.off_used.add(key[1])
         else:
-            r = LOGITS if key[0] == "logits" else mlp_node(key[1])
+            r = _resid_reader(key)
             self.off_resid[r][t] += move
             self.off_used.add(r)
 
@@ -193,8 +194,7 @@ class Sweep:
                 proj = torch.matmul(moved.flatten(2, 3), self.W_qkv[key[1]].unsqueeze(0))  # [T, 3H, n·pos, d_head]
                 self.off_qkv[key[1]] -= proj.view(T, 3, H, n, p, -1).permute(0, 3, 4, 1, 2, 5)
             else:
-                r = LOGITS if key[0] == "logits" else mlp_node(key[1])
-                self.off_resid[r] -= moved[:, 0]
+                self.off_resid[_resid_reader(key)] -= moved[:, 0]
         self.start = start
         self.layout = self._layout()
 
@@ -212,7 +212,7 @@ class Sweep:
         return GroupLayout.make(sources, self.L)
 
 
-def _layer(reader: str, n_layers: int) -> int:
-    n = parse_node(reader)
-    return n_layers if n.kind == "logits" else n.layer
+def _resid_reader(key: GroupKey) -> str:
+    """The reader of a group that reads the residual stream itself: `m{l}` or `logits`."""
+    return LOGITS if key[0] == "logits" else mlp_node(key[1])
 

@@ -276,10 +276,9 @@ def keyed_groups(a: Any, by_reader: Mapping[str, Mapping[str, Weight]], by_col: 
             mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix)
     logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix)
                     if LOGITS in by_reader or LOGITS in by_col else None)
-    covers = {("a", l): (g, chunk_cover(l, False)) for l, g in attn_groups.items()}
-    covers |= {("m", l): (g, chunk_cover(l, True)) for l, g in mlp_groups.items()}
-    if logits_group is not None:
-        covers[("logits", 0)] = (logits_group, logits_cover(a.n_layers))
+    keyed = {**{("a", l): g for l, g in attn_groups.items()}, **{("m", l): g for l, g in mlp_groups.items()},
+             **({("logits", 0): logits_group} if logits_group is not None else {})}
+    covers = {key: (g, group_cover(key, a.n_layers)) for key, g in keyed.items()}
     chunks: dict[Chunk, set[str]] = {}
     for group, cover in covers.values():
         for chunk in cover:

@@ -69,9 +69,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
     cases, planted = _split(args.cases, "--cases"), _split(args.planted, "--planted")
     keys = _split(args.method, "--method")
-    for name, value in (("--n", args.n), ("--threads", args.threads)):
-        if value < (2 if name == "--n" else 1):
-            raise ZooError(f"{name} must be at least {2 if name == '--n' else 1}, got {value}")
+    for name, value, low in (("--n", args.n, 2), ("--threads", args.threads, 1)):
+        if value < low:
+            raise ZooError(f"{name} must be at least {low}, got {value}")
     for key in keys:
         if ":" not in key and key not in BUILTIN_METHOD_KEYS:
             raise ZooError(f"unknown method {key!r}; known: {', '.join(BUILTIN_METHOD_KEYS)} "

@@ -54,7 +54,7 @@ the step budget (it grows when training extends it: siit.adaptation)."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
-    """Training stopped on request (Ctrl-C); a checkpoint of the last finished step was written."""
+    """Training stopped on request (Ctrl-C or SIGTERM); a checkpoint of the last finished step was written."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -216,7 +216,7 @@ def train(
     metrics = history[-1]["metrics"] if history else None
     losses: dict[str, float] = {}
     emphasis = adaptation.node_weights(adapt, metrics, s.corr.high_nodes)
-    with _SigintFlag() as interrupted:
+    with _InterruptFlag() as interrupted:
         while not met:
             if step >= adapt.budget:
                 extended = adaptation.extend(adapt, config, step, metrics)
@@ -415,17 +415,22 @@ def _one_node(non_aligned: torch.Tensor, batch: int, gen: torch.Generator) -> to
     return out.reshape(batch, *non_aligned.shape)
 
 
-class _SigintFlag:
-    """While active, Ctrl-C sets a flag the loop checks after each finished step, so the
-    checkpoint never holds a half-applied update. Only installed in the main thread."""
+class _InterruptFlag:
+    """While active, Ctrl-C (SIGINT) or SIGTERM sets a flag the loop checks after each finished
+    step, so the checkpoint never holds a half-applied update. SIGTERM too: it is what `kill`, a
+    batch scheduler's time limit and a process pool stopping its workers send, and each should
+    leave a checkpoint to resume from, not lose the steps since the last validation. Only
+    installed in the main thread."""
+
+    SIGNALS = (signal.SIGINT, signal.SIGTERM)
 
     def __enter__(self) -> threading.Event:
         self.event = threading.Event()
-        self.previous = None
+        self.previous: dict[int, Any] = {}
         if threading.current_thread() is threading.main_thread():
-            self.previous = signal.signal(signal.SIGINT, lambda *_: self.event.set())
+            self.previous = {sig: signal.signal(sig, lambda *_: self.event.set()) for sig in self.SIGNALS}
         return self.event
 
     def __exit__(self, *exc: object) -> None:
-        if self.previous is not None:
-            signal.signal(signal.SIGINT, self.previous)
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

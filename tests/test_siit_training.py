@@ -3,6 +3,9 @@ criterion on a small case."""
 
 from __future__ import annotations
 
+import os
+import signal
+import threading
 from pathlib import Path
 
 import pytest
@@ -46,6 +49,28 @@ def test_resume_reaches_the_same_weights(compiled, tmp_path: Path, scheme: str) 
     assert _weights_equal(full.model, resumed.model)
     with pytest.raises(ConfigError):  # a checkpoint made with other options is refused
         train(cc, TrainConfig(**dict(SMALL, seed=9)), checkpoint_dir=ckpt, resume=True)
+
+
+@pytest.mark.skipif(threading.current_thread() is not threading.main_thread(),
+                    reason="signal handlers can only be set in the main thread")
+def test_sigterm_stops_training_after_its_step_with_a_checkpoint(compiled, tmp_path: Path) -> None:
+    """SIGTERM (kill, a scheduler's time limit) stops training as Ctrl-C does: after the step that
+    is running, with a checkpoint to resume from; the previous handler is restored."""
+    cc = compiled("33")
+    config = TrainConfig(**SMALL, criterion=1.0)
+    ckpt = tmp_path / "ckpt"
+    before = signal.getsignal(signal.SIGTERM)
+
+    def terminate_at_13(step: int) -> bool:
+        if step == 13:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return False
+
+    with pytest.raises(TrainingInterrupted):
+        train(cc, config, checkpoint_dir=ckpt, should_stop=terminate_at_13)
+    assert signal.getsignal(signal.SIGTERM) is before
+    resumed = train(cc, config, checkpoint_dir=ckpt, resume=True)
+    assert resumed.resumed_from_step == 14  # the flag is read after the next finished step
 
 
 def test_strictness_reduces_out_of_circuit_effects(compiled) -> None:

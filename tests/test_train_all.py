@@ -127,3 +127,68 @@ def test_on_a_local_ray_instance(tmp_path: Path, capsys) -> None:
     # rerun: case 8 met its criterion and is skipped without starting Ray
     code, again = _run(["--cases", "8", "--ray", "auto", "--root", str(root)], capsys)
     assert code == 0 and again["rows"][0]["status"] == "skipped" and again["trained"] == 0
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is pid (Linux /proc)."""
+    out = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[1]) == pid:
+            out.append(int(stat.parent.name))
+    return out
+
+
+def _alive(pid: int) -> bool:
+    """Running, not exited (a zombie waiting for its reaper counts as exited)."""
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def _wait_for(condition, timeout: float, what: str) -> None:
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads processes from Linux /proc")
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGKILL"])
+def test_a_killed_run_leaves_no_worker_training_and_keeps_its_checkpoint(sig: str, tmp_path: Path) -> None:
+    """`kill` (SIGTERM: a scheduler's time limit) is handled as Ctrl-C: the workers stop at a step,
+    keep their checkpoint and the run says how to resume; a parent that dies outright (SIGKILL)
+    leaves no orphan training on for hours either (each worker watches its parent)."""
+    import signal
+    import subprocess
+    import sys
+
+    root = tmp_path / "root"
+    # case 3 does not meet 0.995 at its first validation (step 25; TINY's docstring), so it is still training
+    argv = [sys.executable, "-m", "zoo.cli", "train", "--cases", "3", "--epochs", "50", "--batch-size", "64",
+            "--no-distractors", "--criterion", "0.995", "--jobs", "1", "--threads", "1", "--root", str(root)]
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    state = root / "entries" / ".case-3.checkpoint" / "state.json"
+    try:
+        _wait_for(lambda: state.is_file() or proc.poll() is not None, 300, "the first checkpoint")
+        assert proc.poll() is None, proc.communicate()
+        workers = [pid for pid in _children(proc.pid) if "spawn_main" in Path(f"/proc/{pid}/cmdline").read_text()]
+        assert workers and all(_alive(pid) for pid in workers)
+        proc.send_signal(getattr(signal, sig))
+        _, err = proc.communicate(timeout=120)
+        _wait_for(lambda: not any(_alive(pid) for pid in workers), 60, "the workers to exit")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert json.loads(state.read_text())["step"] >= 25  # a checkpoint to --resume from
+    assert not (root / "entries" / "case-3").exists()
+    if sig == "SIGTERM":
+        assert proc.returncode == 130
+        assert "--resume" in err and "zoo: interrupted" in err, err

@@ -15,12 +15,15 @@ summary is printed as a table and written to <root>/train-all-summary.json; exit
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import re
+import signal
 import sys
+import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -230,30 +233,99 @@ def _run_processes(todo: list[str], options: dict[str, Any], args: argparse.Name
     cores = _cores()
     jobs = min(args.jobs or cores, len(todo))
     threads = args.threads or max(1, cores // jobs)
+    parent = os.getpid()
     # spawn, not fork: the parent may hold jax / torch thread pools that fork would copy mid-use
-    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"))
+    pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=_watch_parent, initargs=(parent,))
     bar = _bar(len(todo), args)
     try:
-        futures = {pool.submit(job, case_id, options, threads): case_id for case_id in todo}
-        pending = list(futures)
-        bar.set_postfix_str("running " + ",".join(futures[f] for f in pending[:jobs]), refresh=True)
-        while pending:
-            finished, _ = wait(pending, return_when=FIRST_COMPLETED)
-            pending = [f for f in pending if f not in finished]
-            for future in finished:
-                try:
-                    row, files = future.result()
-                except Exception as exc:  # noqa: BLE001 - the worker process itself died
-                    row, files = summary_row(futures[future], "error", error=f"worker died: {type(exc).__name__}: {exc}"), None
-                done(row, files)
-                _report(bar, row, [futures[f] for f in pending[:jobs]])
+        with _sigterm_as_interrupt(_interrupt_workers):
+            futures = {pool.submit(_in_worker, job, parent, case_id, options, threads): case_id for case_id in todo}
+            pending = list(futures)
+            bar.set_postfix_str("running " + ",".join(futures[f] for f in pending[:jobs]), refresh=True)
+            while pending:
+                finished, _ = wait(pending, return_when=FIRST_COMPLETED)
+                pending = [f for f in pending if f not in finished]
+                for future in finished:
+                    try:
+                        row, files = future.result()
+                    except Exception as exc:  # noqa: BLE001 - the worker process itself died
+                        row, files = summary_row(futures[future], "error",
+                                                 error=f"worker died: {type(exc).__name__}: {exc}"), None
+                    done(row, files)
+                    _report(bar, row, [futures[f] for f in pending[:jobs]])
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
+        bar.write(RESUME_HINT, file=sys.stderr)
         raise
     finally:
         bar.close()
-        pool.shutdown(wait=True, cancel_futures=True)
+        pool.shutdown(wait=True, cancel_futures=True)  # running cases stop at their next step
     return jobs
+
+
+RESUME_HINT = ("zoo: interrupted; cases that were training stopped at a step and kept their checkpoint: "
+               "rerun the same command with --resume to continue them")
+PARENT_GRACE_S = 120.0
+"""How long a worker whose parent has died may take to stop after it is interrupted (training
+checkpoints after its current step, a validation included) before it exits regardless."""
+
+
+@contextlib.contextmanager
+def _sigterm_as_interrupt(before: Callable[[], None]) -> Iterator[None]:
+    """SIGTERM (`kill`, a batch scheduler's time limit) ends the run as Ctrl-C does, after
+    `before()`, instead of killing this process alone and leaving its workers training with nobody
+    to take their entries. Main thread only (signal handlers can be set nowhere else)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: Any) -> None:
+        before()
+        raise KeyboardInterrupt
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _interrupt_workers() -> None:
+    """Ctrl-C reaches every process of the terminal's group, a SIGTERM only its target: pass it on
+    to the workers as the Ctrl-C they would have had."""
+    import multiprocessing
+
+    for child in multiprocessing.active_children():
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child.pid, signal.SIGINT)
+
+
+def _watch_parent(parent: int, poll_s: float = 0.5, grace_s: float = PARENT_GRACE_S) -> None:
+    """A worker's initializer: when the parent dies without stopping it (SIGKILL, a crash), the
+    worker interrupts itself as Ctrl-C would (training checkpoints and stops) and exits; it does
+    not train on for hours with nobody to take the entry."""
+
+    def watch() -> None:
+        while os.getppid() == parent:
+            time.sleep(poll_s)
+        os.kill(os.getpid(), signal.SIGINT)
+        time.sleep(grace_s)
+        os._exit(1)
+
+    threading.Thread(target=watch, name="zoo-watch-parent", daemon=True).start()
+
+
+def _in_worker(job: Callable[[str, dict[str, Any], int], Any], parent: int, case_id: str,
+               options: dict[str, Any], threads: int) -> Any:
+    """Run one queued job unless the parent is gone (then start nothing: a worker takes queued jobs
+    after its own one ends), and exit at once after it if the parent died meanwhile."""
+    if os.getppid() != parent:
+        os._exit(1)
+    result = job(case_id, options, threads)
+    if os.getppid() != parent:
+        os._exit(1)
+    return result
 
 
 def _run_ray(todo: list[str], options: dict[str, Any], args: argparse.Namespace, job, done) -> int:
@@ -281,16 +353,17 @@ def _run_ray(todo: list[str], options: dict[str, Any], args: argparse.Namespace,
     bar = _bar(len(todo), args)
     bar.set_postfix_str("running " + ",".join(refs[r] for r in pending[:slots]), refresh=True)
     try:
-        while pending:
-            finished, pending = ray.wait(pending, num_returns=1)
-            for ref in finished:
-                try:
-                    row, files = ray.get(ref)
-                except Exception as exc:  # noqa: BLE001 - the task or its node died
-                    row, files = summary_row(refs[ref], "error", error=f"ray task failed: {type(exc).__name__}: "
-                                      f"{str(exc).splitlines()[0] if str(exc) else ''}"), None
-                done(row, files)
-                _report(bar, row, [refs[r] for r in pending[:slots]])
+        with _sigterm_as_interrupt(lambda: None):  # the except below cancels the running tasks
+            while pending:
+                finished, pending = ray.wait(pending, num_returns=1)
+                for ref in finished:
+                    try:
+                        row, files = ray.get(ref)
+                    except Exception as exc:  # noqa: BLE001 - the task or its node died
+                        row, files = summary_row(refs[ref], "error", error=f"ray task failed: {type(exc).__name__}: "
+                                                 f"{str(exc).splitlines()[0] if str(exc) else ''}"), None
+                    done(row, files)
+                    _report(bar, row, [refs[r] for r in pending[:slots]])
     except KeyboardInterrupt:
         for ref in pending:
             ray.cancel(ref)

@@ -10,6 +10,8 @@ missed its criterion never replaces an entry that met it: `case-N.failed/`). Ent
 root with met_criterion are skipped, so a killed run rerun trains only what is missing. A failed
 case (criterion not met, or an error) is a row of the summary and does not stop the others. The
 summary is printed as a table and written to <root>/train-all-summary.json; exit 1 if any failed.
+Ctrl-C or SIGTERM stops every worker after its running step (checkpoints kept: `--resume` continues
+them); a worker whose parent died outright interrupts itself the same way instead of training on.
 """
 
 from __future__ import annotations

@@ -276,7 +276,14 @@ def _evaluate(trainee: _Trainee, s: _Setup, evaluator: Evaluator) -> dict[str, A
             acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
             padded = None if d.shape_ids is None else _drawn_padded(s, d.shape_ids)
             target = trainee.loudness.targets(targets, d.tokens, d.mask, padded)
-            r2 = r_squared(readout(acts, targets.slots, trainee.probes), target, d.label_mask)
+            pred = readout(acts, targets.slots, trainee.probes)
+            r2 = r_squared(pred, target, d.label_mask)
+            for shape, part in metrics.get("by_shape", {}).items():
+                rows = d.shape_ids == SHAPES.index(shape)
+                r2_shape = r_squared(pred[:, rows], target[:, rows], d.label_mask[rows])
+                worst = int(r2_shape.argmin())
+                part.update(distractor_r2_min=round(float(r2_shape[worst]), 6),
+                            worst_distractor=targets.distractors[worst].node)
         per_node = {x.node: round(float(v), 6) for x, v in zip(targets.distractors, r2)}
         metrics.update(distractor_r2_min=min(per_node.values()), distractor_r2_per_node=per_node)
     return metrics

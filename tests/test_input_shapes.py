@@ -75,3 +75,34 @@ def test_with_shapes_repeats_rows_with_their_present_masks() -> None:
     assert shaped.present[3:6].sum(1).tolist() == [2, 4, 6]  # unpadded: BOS + input
     partly = (shaped.present[6:9].sum(1) - (lengths + 1)).tolist()  # PADs kept; the rows have 4, 2, 0
     assert 1 <= partly[0] <= 3 and partly[1] == 1 and partly[2] == 0  # some, never none or all if room
+
+
+def test_evaluation_and_training_report_each_input_shape(compiled) -> None:
+    """A bidirectional model is validated on every input shape pooled; `by_shape` says which shape
+    lags. Each pooled score is the position-weighted mean of the shapes' scores."""
+    from siit.config import TrainConfig
+    from siit.trainer import prepare, train
+
+    case = compiled("2")  # reverse: bidirectional
+    config = TrainConfig(n_train=256, n_val=64, batch_size=32, epochs=1, eval_every=8)
+    s = prepare(case, config)
+    assert s.vary_shapes
+    model = Transformer(s.low_config)
+    init_weights(model, torch.Generator().manual_seed(0))
+    metrics = s.final_evaluator.evaluate(model)
+    by = metrics["by_shape"]
+    assert list(by) == list(SHAPES)
+    counts = {k: v["labelled_positions"] for k, v in by.items()}
+    assert sum(counts.values()) == int(s.final_evaluator.data.label_mask.sum())
+    pooled = sum(counts[k] * by[k]["accuracy"] for k in by) / sum(counts.values())
+    assert pooled == pytest.approx(metrics["accuracy"], abs=1e-6)
+    assert min(v["iia_min"] for v in by.values()) <= metrics["iia_min"] + 1e-9
+    assert min(v["siia_min"] for v in by.values()) <= metrics["siia_min"] + 1e-9
+    assert all(v["worst_iia_node"] in metrics["iia_per_node"] for v in by.values())
+    assert "by_shape" not in s.evaluator.evaluate(model)  # the padded copy alone
+
+    result = train(case, config)
+    final = result.metrics["by_shape"]
+    nodes = {d["node"] for d in result.distractors}
+    assert set(final) == set(SHAPES) and nodes
+    assert all(v["worst_distractor"] in nodes and v["distractor_r2_min"] <= 1.0 for v in final.values())

@@ -335,6 +335,7 @@ def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, 
         "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
         "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
         "distractor_r2_min": m.get("distractor_r2_min"),
+        "by_shape": m.get("by_shape"),
         "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},
         "variance_floor_ratio": validation["realism"]["variance_floor_ratio"],
     }
@@ -346,6 +347,12 @@ def _print_summary(s: dict[str, Any]) -> None:
           f"{s['wall_time_s']:.1f} s) -> {s['entry']}")
     print(f"  accuracy {s['accuracy']:.4f}  IIA {s['iia']:.4f} (min {s['iia_min']:.4f})  "
           f"SIIA {s['siia']:.4f} (min {s['siia_min']:.4f}, all at once {s['siia_all']:.4f})")
+    for shape, part in (s.get("by_shape") or {}).items():  # bidirectional models: which shape lags
+        r2 = f", distractor R² min {part['distractor_r2_min']:.3f} ({part['worst_distractor']})" \
+            if "distractor_r2_min" in part else ""
+        lagging = f" ({part['worst_iia_node']})" if part["iia_min"] < 1.0 else ""
+        print(f"  {shape:>13} inputs: accuracy {part['accuracy']:.4f}  IIA min {part['iia_min']:.4f}{lagging}  "
+              f"SIIA min {part['siia_min']:.4f}{r2}")
     e = s["max_out_of_circuit_effect"]
     print(f"  largest out-of-circuit effect over {', '.join(s['max_out_of_circuit_effect_by_shape'])} inputs: "
           f"resample {e['resample']:.4f}, mean {e['mean']:.4f}, zero {e['zero']:.4f}")

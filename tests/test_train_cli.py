@@ -118,3 +118,28 @@ def test_trained_outside_entry_is_scored_against_the_program_the_user_names(tmp_
     assert target.which == "trained" and not is_data_only(target.case)
     report = zoo.evaluate("outside_case:make_case", ["random"], root=root, n=32)
     assert report.entry["model"] == "trained" and report.entry["case"] == "outside_case:make_case"
+
+
+def test_summary_shows_input_shapes_only_where_they_differ(capsys) -> None:
+    """zoo train's summary adds a line per input shape when the shapes' numbers differ
+    (bidirectional models), naming the lagging node; causal models get none."""
+    from zoo.commands.training import _print_summary
+
+    part = {"accuracy": 1.0, "iia_min": 1.0, "siia_min": 1.0, "labelled_positions": 10,
+            "worst_iia_node": "m0", "distractor_r2_min": 0.95, "worst_distractor": "a0.h1"}
+    summary = {"family": "case", "id": "x", "met_criterion": False, "steps": 8, "epochs": 1.0,
+               "wall_time_s": 1.0, "entry": "E", "accuracy": 1.0, "iia": 1.0, "iia_min": 1.0, "siia": 1.0,
+               "siia_min": 1.0, "siia_all": 1.0,
+               "max_out_of_circuit_effect": {"resample": 0.0, "mean": 0.0, "zero": 0.0},
+               "max_out_of_circuit_effect_by_shape": {"padded": {}},
+               "max_out_of_circuit_effect_by_length": {"3": {"resample": 0.0, "mean": 0.0}},
+               "distractor_r2_min": 0.9, "heuristic_separation": {"output_norm": 0.5, "output_variance": 0.5,
+                                                                  "weight_norm": 0.5},
+               "by_shape": {"padded": part, "unpadded": part, "partly_padded": part}}
+    _print_summary(summary)
+    assert "inputs: accuracy" not in capsys.readouterr().out
+    summary["by_shape"] = dict(summary["by_shape"], unpadded=dict(part, iia_min=0.98))
+    _print_summary(summary)
+    lines = [line for line in capsys.readouterr().out.splitlines() if "inputs: accuracy" in line]
+    assert len(lines) == 3 and "IIA min 0.9800 (m0)" in lines[1] and "(m0)" not in lines[0]
+    assert all("distractor R² min 0.950 (a0.h1)" in line for line in lines)

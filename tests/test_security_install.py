@@ -75,6 +75,37 @@ def test_concurrent_reader_always_sees_one_whole_entry(versions, tmp_path, monke
     assert sorted(p.name for p in dest.parent.iterdir()) == ["case-33"]  # no leftovers
 
 
+def test_a_read_that_spans_many_installs_waits_and_returns_one_whole_entry(versions, tmp_path, monkeypatch) -> None:
+    """On a loaded machine one read can overlap several back-to-back installs: the read starts over
+    (a little later each time) until it gets a whole version, rather than giving up after a few
+    quick retries (`.ci/run` saw "kept changing while it was read" with five)."""
+    import zoo.artifact as artifact
+
+    dest = tmp_path / "root" / "entries" / "case-33"
+    install_files(versions["A"], dest)
+    real, calls = artifact._read_once, []
+
+    def racing(entry_dir, label):
+        files = real(entry_dir, label)
+        if entry_dir == dest:  # not install_files' own check of what it wrote
+            calls.append(1)
+            if len(calls) <= 8:  # an install lands during each of the first eight reads: B, A, B, ...
+                install_files(versions["B" if len(calls) % 2 else "A"], dest)
+        return files
+
+    monkeypatch.setattr(artifact, "_read_once", racing)
+    entry = read_entry(dest)
+    assert len(calls) == 9
+    assert entry.data == versions["A"] | {"manifest.json": entry.data["manifest.json"]}  # the eighth install's
+
+    # an entry replaced during every read: one line once the patience is spent, not a hang
+    calls.clear()
+    monkeypatch.setattr(artifact, "_READ_PATIENCE_S", 0.05)
+    monkeypatch.setattr(artifact, "_read_once", lambda d, label: (calls.clear(), racing(d, label))[1])
+    with pytest.raises(ArtifactError, match="kept changing while it was read"):
+        read_entry(dest)
+
+
 def read_b_u(files: dict[str, bytes]):
     from safetensors.torch import load
 

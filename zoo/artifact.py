@@ -53,7 +53,10 @@ ENTRY_NAME = re.compile(r"(case|planted)-(?!.*\.failed$)[A-Za-z0-9][A-Za-z0-9_.-
 _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 MAX_FILE_BYTES = {".safetensors": MAX_MODEL_BYTES + _MAX_SAFETENSORS_HEADER, ".json": 64 << 20, ".md": 4 << 20}
 MAX_JSON_DEPTH = 64
-_READ_ATTEMPTS = 5
+_READ_PATIENCE_S = 10.0
+"""How long a read of an entry keeps starting over while installs keep replacing it (waiting twice
+as long before each new start, up to 0.25 s). One read can span several back-to-back installs on a
+loaded machine (five quick retries gave up there); waiting beats failing."""
 
 
 class ArtifactError(ZooError, ValueError):
@@ -218,7 +221,8 @@ def read_entry(entry_dir: Path, *, name: str | None = None) -> EntryFiles:
     is a temporary one.
     """
     label = name or entry_dir.name
-    for _ in range(_READ_ATTEMPTS):
+    deadline, delay = time.monotonic() + _READ_PATIENCE_S, 0.005
+    while True:
         try:
             # held open while reading: the directory's inode cannot be freed and reused by the next
             # install's directory, so "same inode before and after" really means "not replaced"
@@ -233,18 +237,21 @@ def read_entry(entry_dir: Path, *, name: str | None = None) -> EntryFiles:
             try:
                 files = _read_once(entry_dir, label)
             except (ArtifactError, OSError) as exc:
-                if _replaced(entry_dir, before):
-                    time.sleep(0.005)
-                    continue
-                if isinstance(exc, OSError):
-                    raise ArtifactError(f"entry {label}: cannot read {Path(exc.filename or '?').name} "
-                                        f"({exc.strerror or exc})") from None
-                raise
-            if not _replaced(entry_dir, before):
-                return files
+                if not _replaced(entry_dir, before):
+                    if isinstance(exc, OSError):
+                        raise ArtifactError(f"entry {label}: cannot read {Path(exc.filename or '?').name} "
+                                            f"({exc.strerror or exc})") from None
+                    raise
+            else:
+                if not _replaced(entry_dir, before):
+                    return files
         finally:
             os.close(handle)
-    raise ArtifactError(f"entry {label} kept changing while it was read; try again")
+        if time.monotonic() > deadline:
+            raise ArtifactError(f"entry {label} kept changing while it was read for {_READ_PATIENCE_S:.0f} s; "
+                                "try again")
+        time.sleep(delay)  # replaced meanwhile: start over, a little later each time
+        delay = min(2 * delay, 0.25)
 
 
 def _replaced(path: Path, inode: int) -> bool:

@@ -124,6 +124,8 @@ class Evaluator:
             out["by_shape"] = {}
             for k in shape_ids.unique().tolist():
                 rows = shape_ids == k
+                if not lm[rows].any():  # nothing labelled in this shape: no score (and no NaN in the entry)
+                    continue
                 part = _summarise(names, [float(a[rows][lm[rows]].float().mean()) for a in agreed])
                 out["by_shape"][SHAPES[k]] = {key: part[key] for key in ("accuracy", "iia_min", "siia_min")} | {
                     "labelled_positions": int(lm[rows].sum()),

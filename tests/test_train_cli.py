@@ -143,3 +143,25 @@ def test_summary_shows_input_shapes_only_where_they_differ(capsys) -> None:
     lines = [line for line in capsys.readouterr().out.splitlines() if "inputs: accuracy" in line]
     assert len(lines) == 3 and "IIA min 0.9800 (m0)" in lines[1] and "(m0)" not in lines[0]
     assert all("distractor R² min 0.950 (a0.h1)" in line for line in lines)
+
+
+def test_step_bar_rate_counts_only_the_steps_of_this_run_after_resume() -> None:
+    """A resumed run's first update jumps to the checkpoint's step; the bar's rate and time left
+    must come from the steps run since, not read ~10⁴ steps/s."""
+    import time
+
+    from zoo.commands.common import step_bar
+
+    bar = step_bar(4000)
+    try:
+        time.sleep(0.3)  # past the bar's mininterval, so it redraws
+        bar.update_to(1625, {"budget": 4000})
+        time.sleep(0.3)  # past the bar's mininterval, so it redraws
+        bar.update_to(1626, {"budget": 4000})
+        info = bar.format_dict
+        shown = info["rate"]  # tqdm's smoothed rate, as printed
+        mean = (info["n"] - info["initial"]) / info["elapsed"]  # what the time left is computed from
+        assert info["n"] == 1626
+        assert shown is not None and shown < 100 and mean < 100  # ~2 steps in 0.6 s, not 1626
+    finally:
+        bar.close()

@@ -53,6 +53,10 @@ def step_bar(total: int, desc: str | None = None):
                dynamic_ncols=True)
 
     def update_to(step: int, postfix: dict[str, float]) -> None:
+        if bar.n == 0 and step > 1:
+            # a resumed run: the steps before this one were done earlier, so they count neither
+            # towards the rate nor the time left (else the first update reads thousands of steps/s)
+            bar.n = bar.initial = bar.last_print_n = step - 1
         bar.n = step
         bar.total = int(postfix.get("budget", bar.total))
         bar.set_postfix({k: f"{v:.3f}" for k, v in postfix.items() if k != "budget"}, refresh=False)

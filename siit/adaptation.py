@@ -17,9 +17,10 @@ an emphasis and four lr cycles). Before giving up, training adapts, in this orde
    halved the start below the final lr (the third restart at the default factor 0.2), a cycle
    rises from its start towards the final lr instead of decaying. A run that stalls for thousands
    of steps ends with cycles that start near zero (gen-0-4 at lr 0.01: starts down to 1e-11 by
-   step 8000, each 200-step cycle rising to 2e-4-2e-3). Flooring the start at the final lr did
-   not change the outcome there (gen-0-4's IIA min over the shapes .9718 against .9733 at d_model
-   16, .9867 against .9831 at 32; both still short), so the schedule stays as it was.
+   step 8000, each 200-step cycle rising to between 2e-4 and 2e-3). Flooring the start at the
+   final lr did not change the outcome there (gen-0-4's IIA min over the shapes, floored against
+   not: .9718 against .9733 at d_model 16, .9867 against .9831 at 32; all short): the schedule
+   stays.
 3. extension: when the budget runs out first, it grows by `extension` x the configured budget (at
    most `max_extensions` times), with an lr restart; only if the run has come within `reach` of
    the criterion (at its best validation, not only its last: case 11's distractor R² dipped from

@@ -34,7 +34,7 @@ def run_one(case_id: str, min_d_head: int, seed: int, compiled: Path, epochs: in
 
     torch.set_num_threads(1)
     task = high_level_task(resolve_case("case", case_id), compiled)
-    config = TrainConfig(seed=seed) if epochs is None else TrainConfig(seed=seed, epochs=epochs)
+    config = TrainConfig(seed=seed, **({} if epochs is None else {"epochs": epochs}))
     config = with_task_defaults(config, task, lr_given=False)
     start = time.perf_counter()
     result = train(task, config, ArchConfig(min_d_head=min_d_head))

@@ -32,12 +32,11 @@ def main() -> None:
     import torch
 
     from siit.data import SHAPES
-    from siit.export import config_from_training_json
-    from siit.losses import agree, predictions
-    from siit.trainer import prepare
-    from siit.transformer import Patch, Transformer
     from siit.interventions import node_activations
+    from siit.losses import agree, predictions
+    from siit.transformer import Patch
     from zoo.commands.common import resolve_case
+    from zoo.commands.training import entry_setup
     from zoo.entry import load_entry_dir
     from zoo.high_level_source import high_level_task
     from zoo.paths import compiled_dir, entries_dir, zoo_root
@@ -45,11 +44,10 @@ def main() -> None:
     torch.set_num_threads(1)
     case = resolve_case("case", args.case)
     root = zoo_root(args.root)
-    entry = load_entry_dir(entries_dir(root) / f"case-{case.id}")
+    dest = entries_dir(root) / f"case-{case.id}"
+    entry = load_entry_dir(dest)
     task = high_level_task(case, compiled_dir(root) if root.exists() else Path(tempfile.mkdtemp()))
-    config, arch = config_from_training_json(entry.training)
-    setup = prepare(task, config, arch)
-    model = Transformer.from_state_dict(entry.config, entry.state_dict)
+    setup, model = entry_setup(task, entry, dest)
     ev = setup.final_evaluator
     d = ev.data
     with torch.no_grad():
@@ -62,16 +60,18 @@ def main() -> None:
         low = ev.correspondence.low_masks()[i]  # bool [L, S]: the node's low-level image
         row: dict = {"node": node}
         for label, positions in where.items():
-            values = torch.where(positions[None, None, :, None, None], source, acts)
-            with torch.no_grad():
-                logits = model(d.tokens, d.mask, Patch(mask=low.expand(len(d), *low.shape).clone(), values=values),
-                               present=d.present)[0]
-            with torch.no_grad():  # the high-level model under the same partial interchange
-                high_values = torch.where(positions[None, None, :, None, None], d.high_acts[:, ev.sources], d.high_acts)
+            at = positions[None, None, :, None, None]
+            with torch.no_grad():  # both models under the same partial interchange
+                logits = model(d.tokens, d.mask, Patch(mask=low.expand(len(d), *low.shape).clone(),
+                                                       values=torch.where(at, source, acts)), present=d.present)[0]
+                high_values = torch.where(at, d.high_acts[:, ev.sources], d.high_acts)
                 target = setup.high.interchange(d.tokens, d.mask, high_values, setup.high_masks[i])
             ok = agree(predictions(logits, ev.task_kind), target, ev.task_kind, ev.tolerance)
-            row[label] = {shape: round(float(ok[d.shape_ids == k][d.label_mask[d.shape_ids == k]].float().mean()), 4)
-                          for k, shape in enumerate(SHAPES) if bool((d.shape_ids == k).any())}
+            row[label] = {}
+            for k, shape in enumerate(SHAPES):
+                rows = d.shape_ids == k
+                if bool(rows.any()):
+                    row[label][shape] = round(float(ok[rows][d.label_mask[rows]].float().mean()), 4)
         print(json.dumps(row), flush=True)
 
 

@@ -370,6 +370,24 @@ def _print_summary(s: dict[str, Any]) -> None:
           f"{sep['weight_norm']:.2f}{r2}")
 
 
+def entry_setup(compiled, entry, dest: Path):
+    """(siit.trainer's setup, the low-level model) of a trained entry, rebuilt from its recorded
+    training config: the validation data and evaluators it was judged on. Refuses an entry whose
+    circuit.json names another correspondence than that config implies."""
+    from siit.export import config_from_training_json, correspondence_from_circuit_json
+    from siit.trainer import prepare
+    from siit.transformer import Transformer
+    from zoo.errors import ZooError
+
+    config, arch = config_from_training_json(entry.training)
+    setup = prepare(compiled, config, arch)
+    high_layout = {"n_layers": setup.corr.high.n_layers, "n_heads": setup.corr.high.n_heads}
+    corr = correspondence_from_circuit_json(entry.circuit_json, high_layout, entry.config)
+    if corr.mapping != setup.corr.mapping:
+        raise ZooError(f"entry {dest}: its correspondence differs from the one its training config implies")
+    return setup, Transformer.from_state_dict(entry.config, entry.state_dict)
+
+
 def run_validate(args: argparse.Namespace) -> int:
     from zoo.artifact import ArtifactError
     from zoo.commands.common import resolve_case
@@ -388,21 +406,12 @@ def run_validate(args: argparse.Namespace) -> int:
     import torch
 
     torch.set_num_threads(1)
-    from siit.export import config_from_training_json, correspondence_from_circuit_json
-    from siit.trainer import prepare
-    from siit.transformer import Transformer
     from siit.validation import validate_model
     from zoo.artifact import write_entry
     from zoo.card import render_model_card
 
     compiled = _compiled(args, case)
-    config, arch = config_from_training_json(entry.training)
-    setup = prepare(compiled, config, arch)
-    high_layout = {"n_layers": setup.corr.high.n_layers, "n_heads": setup.corr.high.n_heads}
-    corr = correspondence_from_circuit_json(entry.circuit_json, high_layout, entry.config)
-    if corr.mapping != setup.corr.mapping:
-        raise ZooError(f"entry {dest}: its correspondence differs from the one its training config implies")
-    model = Transformer.from_state_dict(entry.config, entry.state_dict)
+    setup, model = entry_setup(compiled, entry, dest)
     from zoo.inert_edges import inert_section
 
     validation = {**validate_model(model, setup.final_evaluator),

@@ -165,14 +165,16 @@ def _wait_for(condition, timeout: float, what: str) -> None:
 def test_a_killed_run_leaves_no_worker_training_and_keeps_its_checkpoint(sig: str, tmp_path: Path) -> None:
     """`kill` (SIGTERM: a scheduler's time limit) is handled as Ctrl-C: the workers stop at a step,
     keep their checkpoint and the run says how to resume; a parent that dies outright (SIGKILL)
-    leaves no orphan training on for hours either (each worker watches its parent)."""
+    leaves no orphan training on for hours either (each worker watches its parent). The case queued
+    behind the running one is never started: the pool used to hand its workers cases in advance,
+    which they trained to the end after the interrupt while the parent waited."""
     import signal
     import subprocess
     import sys
 
     root = tmp_path / "root"
     # case 3 does not meet 0.995 at its first validation (step 25; TINY's docstring), so it is still training
-    argv = [sys.executable, "-m", "zoo.cli", "train", "--cases", "3", "--epochs", "50", "--batch-size", "64",
+    argv = [sys.executable, "-m", "zoo.cli", "train", "--cases", "3,4", "--epochs", "50", "--batch-size", "64",
             "--no-distractors", "--criterion", "0.995", "--jobs", "1", "--threads", "1", "--root", str(root)]
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     state = root / "entries" / ".case-3.checkpoint" / "state.json"
@@ -189,6 +191,7 @@ def test_a_killed_run_leaves_no_worker_training_and_keeps_its_checkpoint(sig: st
             proc.kill()
     assert json.loads(state.read_text())["step"] >= 25  # a checkpoint to --resume from
     assert not (root / "entries" / "case-3").exists()
+    assert not (root / "compiled" / "case-4").exists()  # case 4 was not even compiled
     if sig == "SIGTERM":
         assert proc.returncode == 130
         assert "--resume" in err and "zoo: interrupted" in err, err

@@ -242,20 +242,32 @@ def _run_processes(todo: list[str], options: dict[str, Any], args: argparse.Name
     bar = _bar(len(todo), args)
     try:
         with _sigterm_as_interrupt(_interrupt_workers):
-            futures = {pool.submit(_in_worker, job, parent, case_id, options, threads): case_id for case_id in todo}
-            pending = list(futures)
-            bar.set_postfix_str("running " + ",".join(futures[f] for f in pending[:jobs]), refresh=True)
+            # one case per worker in flight, the next submitted when one ends: the pool hands its
+            # workers up to jobs + 1 cases in advance, which shutdown(cancel_futures) cannot take
+            # back, so after an interrupt they were trained to the end while this process waited
+            queue, futures = list(todo), {}
+
+            def submit() -> Any:
+                case_id = queue.pop(0)
+                future = pool.submit(_in_worker, job, parent, case_id, options, threads)
+                futures[future] = case_id
+                return future
+
+            pending = [submit() for _ in range(jobs)]
+            bar.set_postfix_str("running " + ",".join(futures[f] for f in pending), refresh=True)
             while pending:
                 finished, _ = wait(pending, return_when=FIRST_COMPLETED)
                 pending = [f for f in pending if f not in finished]
                 for future in finished:
+                    if queue:
+                        pending.append(submit())
                     try:
                         row, files = future.result()
                     except Exception as exc:  # noqa: BLE001 - the worker process itself died
                         row, files = summary_row(futures[future], "error",
                                                  error=f"worker died: {type(exc).__name__}: {exc}"), None
                     done(row, files)
-                    _report(bar, row, [futures[f] for f in pending[:jobs]])
+                    _report(bar, row, [futures[f] for f in pending])
     except KeyboardInterrupt:
         pool.shutdown(wait=False, cancel_futures=True)
         bar.write(RESUME_HINT, file=sys.stderr)

@@ -1,0 +1,79 @@
+"""Where an entry misses its criterion, by input: the wrong labelled positions of the clean run and of
+every IIA and SIIA intervention of its final validation, counted by base input length (with the
+input shape and the source's length), next to how much of each length's input space the training
+set covered. Prints one JSON object.
+
+    python tests/benchmarks/bench_iia_failures.py CASE [--root DIR]
+
+CASE is a case id with a trained entry in the zoo root (e.g. gen-1-0.L2-3). The validation pairs
+are the entry's own (rebuilt from its training config, as `zoo validate` does). Generated cases
+that miss by a few positions miss them on the longest inputs, the length whose input space the 2048
+training draws cover least (README). Not part of CI (it reads a trained entry).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections import Counter
+from pathlib import Path
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("case")
+    parser.add_argument("--root", default=None, help="zoo root (default $ZOO_HOME or ~/.cache/zoo)")
+    args = parser.parse_args()
+
+    import tempfile
+
+    import torch
+
+    from siit.data import SHAPES
+    from siit.losses import agree
+    from zoo.commands.common import resolve_case
+    from zoo.commands.training import entry_setup
+    from zoo.entry import load_entry_dir
+    from zoo.high_level_source import high_level_task
+    from zoo.paths import compiled_dir, entries_dir, zoo_root
+
+    torch.set_num_threads(1)
+    case = resolve_case("case", args.case)
+    root = zoo_root(args.root)
+    dest = entries_dir(root) / case.entry_name
+    entry = load_entry_dir(dest)
+    task = high_level_task(case, compiled_dir(root) if root.exists() else Path(tempfile.mkdtemp()))
+    setup, model = entry_setup(task, entry, dest)
+    ev = setup.final_evaluator
+    d, lm = ev.data, ev.data.label_mask
+    names, masks = ev.groups()
+    preds = ev.run_groups(model, masks)
+    nodes = ev.correspondence.high_nodes
+    seen = set(setup.train_set.seqs)
+    groups = {}
+    for i, name in enumerate(names):
+        target = ev.iit_targets[nodes.index(name[4:])] if name.startswith("iia:") else d.labels
+        wrong = ~agree(preds[i], target, ev.task_kind, ev.tolerance) & lm
+        rows = wrong.nonzero()[:, 0].tolist()
+        groups[name] = {
+            "wrong": int(wrong.sum()), "labelled": int(lm.sum()),
+            "wrong_with_base_in_training": sum(d.seqs[r] in seen for r in rows),
+            "wrong_with_source_in_training": sum(d.seqs[int(ev.sources[r])] in seen for r in rows),
+            "by_base_length": dict(sorted(Counter(int(d.lengths[r]) for r in rows).items())),
+            "by_shape_base_source_length": dict(Counter(
+                f"{SHAPES[int(d.shape_ids[r])]} {int(d.lengths[r])} {int(d.lengths[ev.sources[r]])}" for r in rows
+            ).most_common(12)),
+        }
+    # how much of each length's input space the training set holds (distinct sequences / possible)
+    train = Counter(len(s) for s in seen)
+    coverage = {n: {"distinct_in_training": train.get(n, 0), "possible": len(case.vocab) ** n,
+                    "share": round(train.get(n, 0) / len(case.vocab) ** n, 4)}
+                for n in range(case.min_seq_len, case.max_seq_len + 1)}
+    print(json.dumps({"case": case.id, "entry": str(dest), "met_criterion": entry.training.get("met_criterion"),
+                      "validation_base_lengths": dict(sorted(Counter(d.lengths.tolist()).items())),
+                      "training_coverage": coverage,
+                      "groups": {k: v for k, v in groups.items() if v["wrong"]}}, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 from collections import Counter
-from pathlib import Path
 
 
 def main() -> None:
@@ -25,25 +24,14 @@ def main() -> None:
     parser.add_argument("--root", default=None, help="zoo root (default $ZOO_HOME or ~/.cache/zoo)")
     args = parser.parse_args()
 
-    import tempfile
-
     import torch
 
     from siit.data import SHAPES
     from siit.losses import agree
-    from zoo.commands.common import resolve_case
-    from zoo.commands.training import entry_setup
-    from zoo.entry import load_entry_dir
-    from zoo.high_level_source import high_level_task
-    from zoo.paths import compiled_dir, entries_dir, zoo_root
+    from zoo.commands.training import trained_entry
 
     torch.set_num_threads(1)
-    case = resolve_case("case", args.case)
-    root = zoo_root(args.root)
-    dest = entries_dir(root) / case.entry_name
-    entry = load_entry_dir(dest)
-    task = high_level_task(case, compiled_dir(root) if root.exists() else Path(tempfile.mkdtemp()))
-    setup, model = entry_setup(task, entry, dest)
+    case, entry, setup, model = trained_entry(args.case, args.root)
     ev = setup.final_evaluator
     d, lm = ev.data, ev.data.label_mask
     names, masks = ev.groups()
@@ -69,7 +57,7 @@ def main() -> None:
     coverage = {n: {"distinct_in_training": train.get(n, 0), "possible": len(case.vocab) ** n,
                     "share": round(train.get(n, 0) / len(case.vocab) ** n, 4)}
                 for n in range(case.min_seq_len, case.max_seq_len + 1)}
-    print(json.dumps({"case": case.id, "entry": str(dest), "met_criterion": entry.training.get("met_criterion"),
+    print(json.dumps({"case": case.id, "met_criterion": entry.training.get("met_criterion"),
                       "validation_base_lengths": dict(sorted(Counter(d.lengths.tolist()).items())),
                       "training_coverage": coverage,
                       "groups": {k: v for k, v in groups.items() if v["wrong"]}}, indent=1))

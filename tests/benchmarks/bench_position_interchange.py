@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-from pathlib import Path
 
 
 def main() -> None:
@@ -27,27 +26,16 @@ def main() -> None:
     parser.add_argument("--root", default=None, help="zoo root (default $ZOO_HOME or ~/.cache/zoo)")
     args = parser.parse_args()
 
-    import tempfile
-
     import torch
 
     from siit.data import SHAPES
     from siit.interventions import node_activations
     from siit.losses import agree, predictions
     from siit.transformer import Patch
-    from zoo.commands.common import resolve_case
-    from zoo.commands.training import entry_setup
-    from zoo.entry import load_entry_dir
-    from zoo.high_level_source import high_level_task
-    from zoo.paths import compiled_dir, entries_dir, zoo_root
+    from zoo.commands.training import trained_entry
 
     torch.set_num_threads(1)
-    case = resolve_case("case", args.case)
-    root = zoo_root(args.root)
-    dest = entries_dir(root) / f"case-{case.id}"
-    entry = load_entry_dir(dest)
-    task = high_level_task(case, compiled_dir(root) if root.exists() else Path(tempfile.mkdtemp()))
-    setup, model = entry_setup(task, entry, dest)
+    case, _, setup, model = trained_entry(args.case, args.root)
     ev = setup.final_evaluator
     d = ev.data
     with torch.no_grad():

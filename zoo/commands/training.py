@@ -388,6 +388,24 @@ def entry_setup(compiled, entry, dest: Path):
     return setup, Transformer.from_state_dict(entry.config, entry.state_dict)
 
 
+def trained_entry(case_id: str, root: str | None):
+    """(case, entry, setup, model) of the trained entry of case `case_id` in the zoo root (None:
+    $ZOO_HOME or ~/.cache/zoo), rebuilt by entry_setup: for the benchmarks that study an entry."""
+    import tempfile
+
+    from zoo.commands.common import resolve_case
+    from zoo.entry import load_entry_dir
+    from zoo.high_level_source import high_level_task
+    from zoo.paths import compiled_dir, entries_dir, zoo_root
+
+    case = resolve_case("case", case_id)
+    root_dir = zoo_root(root)
+    dest = entries_dir(root_dir) / case.entry_name
+    entry = load_entry_dir(dest)
+    task = high_level_task(case, compiled_dir(root_dir) if root_dir.exists() else Path(tempfile.mkdtemp()))
+    return (case, entry, *entry_setup(task, entry, dest))
+
+
 def run_validate(args: argparse.Namespace) -> int:
     from zoo.artifact import ArtifactError
     from zoo.commands.common import resolve_case

@@ -111,6 +111,33 @@ def test_a_failing_case_leaves_the_others_written_and_exits_1_with_its_row(tmp_p
         server.stop()
 
 
+def _dies_on_case_4(case_id: str, options: dict, threads: int):
+    """A train_many job (module level: workers import it) whose process dies outright on case 4."""
+    import os
+
+    from zoo.train_many import summary_row
+
+    if case_id == "4":
+        os._exit(3)
+    return summary_row(case_id, "met", met=True), None
+
+
+def test_a_worker_that_dies_makes_error_rows_not_a_traceback(tmp_path: Path, capsys) -> None:
+    """A worker process that dies (a segfault, the OOM killer) breaks the process pool: its case and
+    every case not yet started are error rows of the summary, the run exits 1, and the cases before
+    it keep their rows."""
+    from zoo import train_many
+    from zoo.cli import build_parser
+
+    args = build_parser().parse_args(["train", "--cases", "3,4,8", "--jobs", "1", "--json",
+                                      "--root", str(tmp_path / "root")])
+    code = train_many.run(args, job=_dies_on_case_4, met_criterion=lambda path: False)
+    summary = json.loads(capsys.readouterr().out)
+    assert code == 1
+    assert [(r["case"], r["status"]) for r in summary["rows"]] == [("3", "met"), ("4", "error"), ("8", "error")]
+    assert all("worker died" in r["error"] for r in summary["rows"][1:])
+
+
 def test_on_a_local_ray_instance(tmp_path: Path, capsys) -> None:
     ray = pytest.importorskip("ray", reason='Ray is not installed (pip install -e ".[ray]")')
     root = tmp_path / "root"

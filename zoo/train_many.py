@@ -230,7 +230,8 @@ def _report(bar, row: dict[str, Any], running: list[str]) -> None:
 
 def _run_processes(todo: list[str], options: dict[str, Any], args: argparse.Namespace, job, done) -> int:
     import multiprocessing
-    from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
+    from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+    from concurrent.futures.process import BrokenProcessPool
 
     cores = _cores()
     jobs = min(args.jobs or cores, len(todo))
@@ -247,9 +248,13 @@ def _run_processes(todo: list[str], options: dict[str, Any], args: argparse.Name
             # back, so after an interrupt they were trained to the end while this process waited
             queue, futures = list(todo), {}
 
-            def submit() -> Any:
+            def submit() -> Future:
                 case_id = queue.pop(0)
-                future = pool.submit(_in_worker, job, parent, case_id, options, threads)
+                try:
+                    future = pool.submit(_in_worker, job, parent, case_id, options, threads)
+                except BrokenProcessPool as exc:  # a worker died: the pool takes nothing more, and
+                    future = Future()             # each case left is an error row, as the dead one
+                    future.set_exception(exc)
                 futures[future] = case_id
                 return future
 

@@ -74,6 +74,15 @@ def test_cases_write_every_entry_and_a_rerun_trains_only_what_is_missing(tmp_pat
     assert _training(root, "case-33")["met_criterion"] is True
 
 
+def test_training_options_reach_the_workers(tmp_path: Path, capsys) -> None:
+    """--n-train (like --epochs and --batch-size) is the workers' too: one epoch of 128 sequences in
+    batches of 64 is 2 steps, recorded in the entry."""
+    root = tmp_path / "root"
+    code, summary = _run(["--cases", "3", "--n-train", "128", "--jobs", "1", "--root", str(root)], capsys)
+    assert code == 1 and summary["rows"][0]["steps"] == 2
+    assert _training(root, "case-3")["config"]["n_train"] == 128
+
+
 def test_a_failing_case_leaves_the_others_written_and_exits_1_with_its_row(tmp_path: Path, capsys,
                                                                             monkeypatch) -> None:
     root = tmp_path / "root"

@@ -19,6 +19,8 @@ FAST = ["--epochs", "1", "--batch-size", "64"]
     (["train", "case", "33", "--lr", "-1"], "--lr"),
     (["train", "case", "33", "--batch-size", "0"], "--batch-size"),
     (["train", "case", "33", "--epochs", "0"], "--epochs"),
+    (["train", "case", "33", "--n-train", "0"], "--n-train"),
+    (["train", "case", "33", "--n-train", "32"], "batch_size (128) must not exceed n_train (32)"),
     (["train", "case", "33", "--scheme", "nope"], "scheme"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path: Path, capsys) -> None:
@@ -43,6 +45,18 @@ def test_unwritable_output_exits_2(tmp_path: Path, capsys) -> None:
     err = capsys.readouterr().err.strip()
     assert code == 2 and len(err.splitlines()) == 1 and "cannot write" in err
     assert not (tmp_path / "r").exists() and blocker.read_text() == "x"
+
+
+def test_n_train_sets_the_training_set_and_the_epoch(tmp_path: Path, capsys) -> None:
+    """--n-train draws that many training sequences; an epoch is one pass over them, so one epoch of
+    128 sequences in batches of 64 is 2 steps (the default 2048 would be 32); the entry records it."""
+    out = tmp_path / "case-33"
+    code = main(["train", "case", "33", *FAST, "--n-train", "128", "--out", str(out), "--root", str(tmp_path / "r"),
+                 "--json"])
+    capsys.readouterr()
+    training = json.loads((out / "training.json").read_text())
+    assert code in (0, 1)
+    assert training["config"]["n_train"] == 128 and training["steps"] == 2
 
 
 def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) -> None:

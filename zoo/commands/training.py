@@ -50,6 +50,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lr", type=float, default=None, help=f"initial Adam learning rate (default {d['lr']:g}, or a planted "
                    "model's own: 0.005 for causal-bench-10x10 and -12x12; the paper 1e-3)")
     p.add_argument("--batch-size", type=int, default=None, help=f"pairs per step (default {d['batch_size']}; the paper 512)")
+    p.add_argument("--n-train", type=int, default=None, metavar="N",
+                   help=f"training sequences, drawn once from the case's sampler (default {d['n_train']}). An "
+                   "epoch is one pass over them: with more, give fewer --epochs to keep the step budget "
+                   "(--n-train 8192 --epochs 62 is about the default 4000 steps)")
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N or planted-NAME)")
     p.add_argument("--resume", action="store_true",
@@ -82,7 +86,7 @@ def _train_config(args: argparse.Namespace):
     from zoo.errors import ZooError
 
     kw: dict[str, Any] = {"scheme": args.scheme, "seed": args.seed}
-    for flag, field in (("lr", "lr"), ("batch_size", "batch_size"), ("epochs", "epochs"),
+    for flag, field in (("lr", "lr"), ("batch_size", "batch_size"), ("epochs", "epochs"), ("n_train", "n_train"),
                         ("strict_weight", "strict_weight"), ("criterion", "criterion")):
         if getattr(args, flag) is not None:
             kw[field] = getattr(args, flag)
@@ -115,7 +119,7 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ZooError(f"--{flag.replace('_', '-')} must be a finite number, got {value}")
     if args.lr is not None and not args.lr > 0:
         raise ZooError(f"--lr must be > 0, got {args.lr}")
-    for flag in ("batch_size", "epochs", "threads"):
+    for flag in ("batch_size", "epochs", "n_train", "threads"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise ZooError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")

@@ -395,8 +395,6 @@ def entry_setup(compiled, entry, dest: Path):
 def trained_entry(case_id: str, root: str | None):
     """(case, entry, setup, model) of the trained entry of case `case_id` in the zoo root (None:
     $ZOO_HOME or ~/.cache/zoo), rebuilt by entry_setup: for the benchmarks that study an entry."""
-    import tempfile
-
     from zoo.commands.common import resolve_case
     from zoo.entry import load_entry_dir
     from zoo.high_level_source import high_level_task
@@ -405,8 +403,8 @@ def trained_entry(case_id: str, root: str | None):
     case = resolve_case("case", case_id)
     root_dir = zoo_root(root)
     dest = entries_dir(root_dir) / case.entry_name
-    entry = load_entry_dir(dest)
-    task = high_level_task(case, compiled_dir(root_dir) if root_dir.exists() else Path(tempfile.mkdtemp()))
+    entry = load_entry_dir(dest)  # the root exists, since the entry does: compile into its cache
+    task = high_level_task(case, compiled_dir(root_dir))
     return (case, entry, *entry_setup(task, entry, dest))
 
 

@@ -178,3 +178,31 @@ def test_an_entry_case_json_with_a_generated_id_rebuilds_the_program(kept):
         case_from_json({**data, "vocab": ["x", "y"]}, entry=f"case-{kept[0]}")
     with pytest.raises(ArtifactError, match="bad generated case name"):
         case_from_json({**data, "id": "gen-x"}, entry="case-gen-x")
+
+
+def test_the_zoo_count_counts_a_program_once_whatever_its_names(tmp_path, capsys):
+    """tests/benchmarks/bench_zoo_count.py (issue 12's count): `gen-0-1.L2-3` is the draw `gen-0-1`
+    (settings steer one stream), so the two count once; a case met in any root counts as met."""
+    import importlib.util
+
+    path = os.path.join(os.path.dirname(__file__), "benchmarks", "bench_zoo_count.py")
+    spec = importlib.util.spec_from_file_location("bench_zoo_count", path)
+    count = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(count)
+
+    def entry(root: str, case_id: str, met: bool) -> None:
+        folder = tmp_path / root / "entries" / f"case-{case_id}"
+        folder.mkdir(parents=True)
+        (folder / "case.json").write_text(json.dumps({"id": case_id}))
+        (folder / "training.json").write_text(json.dumps(
+            {"met_criterion": met, "steps": 1, "config": {"n_train": 2048, "epochs": 250}}))
+
+    for case_id, met in [("gen-0-1", True), ("gen-0-1.L2-3", True), ("gen-0-6", True), ("3", True), ("4", False)]:
+        entry("a", case_id, met)
+    entry("b", "4", True)  # met in another root (other options)
+    assert count.main([str(tmp_path / "a"), str(tmp_path / "b")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["generated_duplicates"] == [["gen-0-1", "gen-0-1.L2-3"]]
+    assert report["generated_distinct_programs_met"] == 2
+    assert report["families"]["builtin"] == {"entries": 2, "met": 2}
+    assert report["verified_trained_entries"] == 4 and report["not_met"] == []

@@ -1,0 +1,99 @@
+"""How many verified, trained entries the zoo holds: every entry under the given roots, counted once
+per case (met if any root's entry met its criterion: accuracy, every IIA and SIIA at 1.0 and every
+distractor's R² at its target on held-out data, as training.json records), and generated cases
+counted once per distinct program. Prints JSON.
+
+Generated names from different settings can name the same draw (`gen-0-1.L2-3` is `gen-0-1`:
+settings steer one stream of draws), so generated cases are grouped by what they compute: the
+program's outputs (rasp.evaluate) on every valid input, or on a fixed sample where there are too
+many (rasp_programs.generate_check.verification_inputs). Two programs that compute the same
+function count once, whatever their names.
+
+The targets (issue 12): more than InterpBench's 86 trained models and TracrBench's 121 compiled,
+untrained programs.
+
+    python tests/benchmarks/bench_zoo_count.py ROOT [ROOT ...]
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+INTERPBENCH_TRAINED = 86
+TRACRBENCH_COMPILED = 121
+
+
+def entries(roots: list[Path]) -> dict[str, list[dict]]:
+    """case id -> the training.json summaries of its entries across the roots."""
+    found: dict[str, list[dict]] = {}
+    for root in roots:
+        for folder in sorted((root / "entries").glob("*")):
+            if not (folder / "training.json").is_file() or not (folder / "case.json").is_file():
+                continue
+            case = json.loads((folder / "case.json").read_text())
+            training = json.loads((folder / "training.json").read_text())
+            family = case.get("family", "case")
+            key = f"{family}:{case['id']}"
+            found.setdefault(key, []).append({
+                "path": str(folder), "met": bool(training["met_criterion"]), "steps": training["steps"],
+                "n_train": training["config"].get("n_train"), "epochs": training["config"].get("epochs")})
+    return found
+
+
+def behaviour(case_id: str) -> str:
+    """A fingerprint of what a generated case computes: its outputs on every valid input."""
+    from tracr.rasp import rasp
+
+    from rasp_programs.case import get_case
+    from rasp_programs.generate_check import verification_inputs
+
+    case = get_case(case_id)
+    program = case.program
+    seqs = verification_inputs(case)
+    outputs = [[round(v, 6) if isinstance(v, float) else v for v in rasp.evaluate(program, list(s))] for s in seqs]
+    text = json.dumps([list(case.vocab), case.min_seq_len, case.max_seq_len, outputs], default=str)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def main(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print(__doc__)
+        return 0 if argv else 2
+    roots = [Path(a) for a in argv]
+    found = entries(roots)
+    met = {key: any(e["met"] for e in rows) for key, rows in found.items()}
+    families: dict[str, dict[str, int]] = {}
+    for key, ok in met.items():
+        kind = ("generated" if key.startswith("case:gen-") else "planted" if key.startswith("planted:")
+                else "outside" if ":" in key.split(":", 1)[1] else "builtin")
+        fam = families.setdefault(kind, {"entries": 0, "met": 0})
+        fam["entries"] += 1
+        fam["met"] += ok
+    groups: dict[str, list[str]] = {}
+    for key, ok in met.items():
+        if ok and key.startswith("case:gen-"):
+            groups.setdefault(behaviour(key.split(":", 1)[1]), []).append(key.split(":", 1)[1])
+    duplicates = sorted(sorted(names) for names in groups.values() if len(names) > 1)
+    distinct_generated = len(groups)
+    verified = sum(ok for key, ok in met.items() if not key.startswith("case:gen-")) + distinct_generated
+    report = {
+        "roots": [str(r) for r in roots],
+        "families": families,
+        "generated_distinct_programs_met": distinct_generated,
+        "generated_duplicates": duplicates,
+        "verified_trained_entries": verified,
+        "targets": {"interpbench_trained": INTERPBENCH_TRAINED, "tracrbench_compiled": TRACRBENCH_COMPILED,
+                    "above_both": verified > max(INTERPBENCH_TRAINED, TRACRBENCH_COMPILED)},
+        "not_met": sorted(key for key, ok in met.items() if not ok),
+        "met_only_with": {key: sorted({f"n_train {e['n_train']}, epochs {e['epochs']}" for e in rows if e["met"]})
+                          for key, rows in found.items() if met[key] and not all(e["met"] for e in rows)},
+    }
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

@@ -21,6 +21,8 @@ FAST = ["--epochs", "1", "--batch-size", "64"]
     (["train", "case", "33", "--epochs", "0"], "--epochs"),
     (["train", "case", "33", "--n-train", "0"], "--n-train"),
     (["train", "case", "33", "--n-train", "32"], "batch_size (128) must not exceed n_train (32)"),
+    (["train", "case", "33", "--min-d-head", "0"], "--min-d-head"),
+    (["train", "planted", "causal-bench-2x2", "--min-d-head", "8"], "has its own head width"),
     (["train", "case", "33", "--scheme", "nope"], "scheme"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path: Path, capsys) -> None:
@@ -49,14 +51,17 @@ def test_unwritable_output_exits_2(tmp_path: Path, capsys) -> None:
 
 def test_n_train_sets_the_training_set_and_the_epoch(tmp_path: Path, capsys) -> None:
     """--n-train draws that many training sequences; an epoch is one pass over them, so one epoch of
-    128 sequences in batches of 64 is 2 steps (the default 2048 would be 32); the entry records it."""
+    128 sequences in batches of 64 is 2 steps (the default 2048 would be 32); the entry records it.
+    --min-d-head widens every head (d_model 4 x 8 = 32 where the default gives 16)."""
     out = tmp_path / "case-33"
-    code = main(["train", "case", "33", *FAST, "--n-train", "128", "--out", str(out), "--root", str(tmp_path / "r"),
-                 "--json"])
+    code = main(["train", "case", "33", *FAST, "--n-train", "128", "--min-d-head", "8", "--out", str(out),
+                 "--root", str(tmp_path / "r"), "--json"])
     capsys.readouterr()
     training = json.loads((out / "training.json").read_text())
     assert code in (0, 1)
     assert training["config"]["n_train"] == 128 and training["steps"] == 2
+    assert training["arch"]["overrides"]["min_d_head"] == 8
+    assert json.loads((out / "config.json").read_text())["d_model"] == 32
 
 
 def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) -> None:

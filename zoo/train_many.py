@@ -33,7 +33,7 @@ SUMMARY_FILE = "train-all-summary.json"
 _RAY_ADDRESS = re.compile(r"(auto|local|(ray://)?[A-Za-z0-9_.\-\[\]:]+:[0-9]{1,5})")
 # options a worker needs from the command line (zoo.commands.training's train options)
 _OPTIONS = ("scheme", "strict_weight", "natural", "no_distractors", "epochs", "seed", "lr",
-            "batch_size", "n_train", "criterion", "resume", "root")
+            "batch_size", "n_train", "min_d_head", "criterion", "resume", "root")
 
 
 def multi_requested(args: argparse.Namespace) -> bool:

@@ -19,10 +19,11 @@ from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from siit.config import TrainConfig  # stdlib-only module: the help shows the real defaults
+    from siit.config import ArchConfig, TrainConfig  # stdlib-only module: the help shows the real defaults
     from zoo.commands.common import add_common
 
     d = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
+    arch_default = ArchConfig.min_d_head
     p = sub.add_parser(
         "train", help="train a low-level transformer on a case with SIIT, validate it, write the entry",
         description="Compile the case (cached), train a low-level transformer with Strict Interchange "
@@ -54,6 +55,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"training sequences, drawn once from the case's sampler (default {d['n_train']}). An "
                    "epoch is one pass over them: with more, give fewer --epochs to keep the step budget "
                    "(--n-train 8192 --epochs 62 is about the default 4000 steps)")
+    p.add_argument("--min-d-head", type=int, default=None, metavar="N",
+                   help=f"smallest head width of the trained model (default {arch_default}: d_model = heads x "
+                   "d_head, 16 for most cases); 8 gives every busy head and MLP twice the room, which "
+                   "lets a distractor stuck below R² 0.9 in a d_model-16 model reach it (catalogue case 130)")
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N or planted-NAME)")
     p.add_argument("--resume", action="store_true",
@@ -102,6 +107,24 @@ def _train_config(args: argparse.Namespace):
         raise ZooError(str(exc)) from None
 
 
+def _arch_config(args: argparse.Namespace):
+    from siit.config import ArchConfig
+
+    return ArchConfig() if getattr(args, "min_d_head", None) is None else ArchConfig(min_d_head=args.min_d_head)
+
+
+def job_command(case_id: str, options: dict[str, Any]) -> list[str]:
+    """The `zoo train case ID ...` that reproduces one case of a many-case run: its training options
+    as flags (a worker's entry must not record a bare command its options would not reproduce)."""
+    command = ["zoo", "train", "case", case_id]
+    for key in ("scheme", "strict_weight", "epochs", "seed", "lr", "batch_size", "n_train", "min_d_head",
+                "criterion"):
+        value = options.get(key)
+        if value is not None and not (key == "scheme" and value == "apph") and not (key == "seed" and value == 0):
+            command += [f"--{key.replace('_', '-')}", str(value)]
+    return command + [f"--{key.replace('_', '-')}" for key in ("natural", "no_distractors") if options.get(key)]
+
+
 def with_task_defaults(config, task, *, lr_given: bool):
     """The config with the task's own defaults where the command line gave none (a planted model's
     learning rate, PlantedTask.lr)."""
@@ -119,7 +142,7 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ZooError(f"--{flag.replace('_', '-')} must be a finite number, got {value}")
     if args.lr is not None and not args.lr > 0:
         raise ZooError(f"--lr must be > 0, got {args.lr}")
-    for flag in ("batch_size", "epochs", "n_train", "threads"):
+    for flag in ("batch_size", "epochs", "n_train", "min_d_head", "threads"):
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise ZooError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
@@ -179,6 +202,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise ZooError("`zoo train` needs `case <id>` (e.g. `case 33`), --all, --catalogue, --cases or --generated")
     _check_args(args)
     case = resolve_case(args.kind, args.id)
+    if case.family == "planted" and args.min_d_head is not None:  # its architecture is the planted model's own
+        raise ZooError(f"--min-d-head applies to compiled cases; planted {case.id} has its own head width")
     dest = _destination(args, case)
     _check_writable(dest)
     config = _train_config(args)
@@ -196,7 +221,7 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"training {case.family} {case.id} ({case.name}), scheme {config.scheme} -> {dest}", file=sys.stderr)
     bar = step_bar(config.max_steps)
     try:
-        result = train(compiled, config, checkpoint_dir=checkpoint_dir, resume=args.resume,
+        result = train(compiled, config, _arch_config(args), checkpoint_dir=checkpoint_dir, resume=args.resume,
                        progress=bar.update_to)
     except TrainingInterrupted:
         bar.close()
@@ -264,11 +289,11 @@ def _train_case_job(case_id: str, options: dict[str, Any], threads: int, start: 
         checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         checkpoint_dir = None
-    result = train(compiled, config, checkpoint_dir=checkpoint_dir, resume=options["resume"])
+    result = train(compiled, config, _arch_config(args), checkpoint_dir=checkpoint_dir, resume=options["resume"])
     validation = validate_model(result.model, result.evaluator)
     with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
         dest = _write(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,
-                      command=["zoo", "train", "case", case_id])
+                      command=job_command(case_id, options))
         files = dict(read_entry(dest).data)
     if checkpoint_dir is not None:
         shutil.rmtree(checkpoint_dir, ignore_errors=True)
@@ -415,6 +440,8 @@ def run_validate(args: argparse.Namespace) -> int:
     from zoo.errors import ZooError
 
     case = resolve_case(args.kind, args.id)
+    if case.family == "planted" and args.min_d_head is not None:  # its architecture is the planted model's own
+        raise ZooError(f"--min-d-head applies to compiled cases; planted {case.id} has its own head width")
     dest = _destination(args, case)
     try:
         entry = load_entry_dir(dest)

@@ -88,6 +88,10 @@ def main(argv: list[str]) -> int:
     if not argv or argv[0] in ("-h", "--help"):
         print(__doc__)
         return 0 if argv else 2
+    bad = [a for a in argv if a.startswith("-") or not (Path(a) / "entries").is_dir()]
+    if bad:
+        print(f"bench_zoo_count: not a zoo root (no entries/ folder) or unknown option: {bad[0]}", file=sys.stderr)
+        return 2
     roots = [Path(a) for a in argv]
     found = entries(roots)
     met = {key: any(e["met"] for e in rows) for key, rows in found.items()}

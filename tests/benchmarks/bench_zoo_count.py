@@ -53,6 +53,13 @@ def entries(roots: list[Path]) -> dict[str, list[dict]]:
     return found
 
 
+def kind(row: dict) -> str:
+    """builtin, generated, outside (package.module:function) or planted."""
+    if row["family"] == "planted":
+        return "planted"
+    return "generated" if row["id"].startswith("gen-") else "outside" if ":" in row["id"] else "builtin"
+
+
 def behaviour(case_id: str) -> str:
     """A fingerprint of what a generated case computes: its outputs on every valid input."""
     from tracr.rasp import rasp
@@ -110,20 +117,20 @@ def main(argv: list[str]) -> int:
             else:
                 inexact[key] = results
                 met[key] = False
+    kinds = {key: kind(rows[0]) for key, rows in found.items()}
     families: dict[str, dict[str, int]] = {}
     for key, ok in met.items():
-        kind = ("generated" if key.startswith("case:gen-") else "planted" if key.startswith("planted:")
-                else "outside" if ":" in key.split(":", 1)[1] else "builtin")
-        fam = families.setdefault(kind, {"entries": 0, "met": 0})
+        fam = families.setdefault(kinds[key], {"entries": 0, "met": 0})
         fam["entries"] += 1
         fam["met"] += ok
     groups: dict[str, list[str]] = {}
     for key, ok in met.items():
-        if ok and key.startswith("case:gen-"):
-            groups.setdefault(behaviour(key.split(":", 1)[1]), []).append(key.split(":", 1)[1])
+        if ok and kinds[key] == "generated":
+            case_id = found[key][0]["id"]
+            groups.setdefault(behaviour(case_id), []).append(case_id)
     duplicates = sorted(sorted(names) for names in groups.values() if len(names) > 1)
     distinct_generated = len(groups)
-    verified = sum(ok for key, ok in met.items() if not key.startswith("case:gen-")) + distinct_generated
+    verified = sum(ok for key, ok in met.items() if kinds[key] != "generated") + distinct_generated
     report = {
         "roots": [str(r) for r in roots],
         "families": families,

@@ -102,19 +102,23 @@ def _train_config(args: argparse.Namespace):
 def _arch_config(args: argparse.Namespace):
     from siit.config import ArchConfig
 
-    return ArchConfig() if getattr(args, "min_d_head", None) is None else ArchConfig(min_d_head=args.min_d_head)
+    return ArchConfig() if args.min_d_head is None else ArchConfig(min_d_head=args.min_d_head)
 
 
 def job_command(case_id: str, options: dict[str, Any]) -> list[str]:
-    """The `zoo train case ID ...` that reproduces one case of a many-case run: its training options
-    as flags (a worker's entry must not record a bare command its options would not reproduce)."""
+    """The `zoo train case ID ...` that reproduces one case of a many-case run: the training options
+    the workers get (zoo.train_many._OPTIONS) as flags, those left at their defaults omitted (a
+    worker's entry must not record a bare command its options would not reproduce)."""
+    from zoo.train_many import _OPTIONS
+
     command = ["zoo", "train", "case", case_id]
-    for key in ("scheme", "strict_weight", "epochs", "seed", "lr", "batch_size", "n_train", "min_d_head",
-                "criterion"):
+    defaults = {"scheme": "apph", "seed": 0}  # the parser's non-None defaults
+    for key in _OPTIONS:
         value = options.get(key)
-        if value is not None and not (key == "scheme" and value == "apph") and not (key == "seed" and value == 0):
-            command += [f"--{key.replace('_', '-')}", str(value)]
-    return command + [f"--{key.replace('_', '-')}" for key in ("natural", "no_distractors") if options.get(key)]
+        if key in ("resume", "root") or value is None or value is False or defaults.get(key) == value:
+            continue
+        command += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+    return command
 
 
 def with_task_defaults(config, task, *, lr_given: bool):

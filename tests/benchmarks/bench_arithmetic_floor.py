@@ -1,0 +1,214 @@
+"""The model arithmetic exact ACDC and exact edge patching must do, measured, against the time they
+take: how close each is to the floor a CPU sets, and what that floor is on a 12x12 model. As JSON.
+
+    python tests/benchmarks/bench_arithmetic_floor.py [--sizes 6x4 8x8] [--project 12x12] [--n 32]
+        [--threads 1] [--out floor.json]
+
+On the random models of bench_edge_methods.py, each block of the model counts the rows it runs
+(a forward hook on every block): a block run on r rows of p positions is r·block_flops(...) of
+arithmetic (bench_pass_rows.block_flops: the q/k/v/o and MLP products and attention, 2 per
+multiply-add). Measured per size:
+
+- `acdc`: its passes, rows per pass (n per distinct τ circuit), blocks per pass, the arithmetic,
+  and the rate it runs at (arithmetic / CPU time);
+- `edge_patching` (batched, from each edge's reader block on) and `edge_patching_loop` (one full
+  forward per edge): the arithmetic each does, its ratio (the speedup batching gives when both run
+  at one rate per FLOP), the measured time ratio, and the ratio at the rates a bare block runs at
+  on the loop's n rows and on a batched pass's rows (`block_rate`): batching beats the arithmetic
+  ratio only where many rows run faster per FLOP than few, as on a GPU, not on a CPU core.
+
+`--project` builds the model of that size and counts exactly the blocks ACDC's sweep runs per edge
+(from the edge's reader block on; the logits' edges from the last block), times the mean distinct
+circuits per pass of the largest measured size: the arithmetic of exact ACDC at the default τ grid
+and n. It is divided by two rates measured here for that model's shapes: a bare block (no hooks,
+a written-out softmax) on a pass's rows, and the bare matrix product of a block's largest shape
+(an upper bound no block reaches), for one core and for ideal scaling over two. The edge sums a
+pass also does (removed edges from recomputed writers, eval.edge_groups) are not counted: the floor
+is the model's own arithmetic alone. Rates and times are CPU time with --threads torch threads: the
+"1 core" figures hold for the default, one. The mean circuits per pass is the mean rows of a pass
+reaching the logits over n, counting ACDC's few setup passes of n rows, so it is a slight underestimate.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+
+class BlockMeter:
+    """Rows run by each block of a model, and passes reaching the unembedding."""
+
+    def __init__(self, model: Any, flops_per_row: float) -> None:
+        self.flop, self.row_blocks, self.passes, self.rows = 0.0, 0, 0, 0
+        self.per_row = flops_per_row
+        self.handles = [block.register_forward_hook(self._block) for block in model.blocks]
+        self.handles.append(model.unembed.register_forward_hook(self._unembed))
+
+    def _block(self, module: Any, args: Any, output: Any) -> None:
+        rows = int(output.shape[0])
+        self.row_blocks += rows
+        self.flop += rows * self.per_row
+
+    def _unembed(self, module: Any, args: Any, output: Any) -> None:
+        self.passes += 1
+        self.rows += int(output.shape[0])
+
+    def close(self) -> None:
+        for h in self.handles:
+            h.remove()
+
+
+def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -> dict[str, Any]:
+    """Run one method (or the per-edge loop) with a BlockMeter: time, passes, rows and arithmetic."""
+    from bench_edge_methods import edge_patching_loop
+
+    from eval.baselines import REGISTRY
+    from eval.methods import call_method
+
+    meter = BlockMeter(model, flops_per_row)
+    t0, c0 = time.perf_counter(), time.process_time()
+    if key == "edge_patching_loop":
+        edge_patching_loop(model, task, graph)
+    else:
+        call_method(REGISTRY[key], model, task, graph=graph, seed=0, ablation="resample")
+    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    meter.close()
+    return {"method": key, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "passes": meter.passes,
+            "rows_per_pass": round(meter.rows / max(1, meter.passes), 1),
+            "blocks_per_pass": round(meter.row_blocks / max(1, meter.rows), 2),
+            "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / cpu / 1e9, 1)}
+
+
+def sweep_blocks(graph: Any, n_layers: int) -> int:
+    """Blocks ACDC's sweep runs over its edges, one pass each: from the reader's block on (the
+    logits' edges from the last block, as eval.acdc_sweep starts them)."""
+    from eval.edge_patching import reader_layer
+
+    return sum(n_layers - min(reader_layer(dst, n_layers), n_layers - 1) for _, dst in graph.at("qkv").edges)
+
+
+def median_time(fn: Any, repeats: int = 5) -> float:
+    times = []
+    for i in range(repeats + 1):
+        t0 = time.process_time()
+        fn()
+        if i:  # the first call warms up
+            times.append(time.process_time() - t0)
+    return statistics.median(times)
+
+
+def block_rate(cfg: Any, rows: int, pos: int) -> tuple[float, float]:
+    """FLOP/s of a bare transformer block of the model's shapes on `rows` rows (one product for q,
+    k and v, a written-out softmax, the GELU MLP; no hooks, no patching), and of the bare matrix
+    product of its largest shape on as many positions: what a block can run at here."""
+    import math
+
+    import torch
+
+    from bench_pass_rows import block_flops
+
+    d, H, dh, m = cfg.d_model, cfg.n_heads, cfg.d_head, cfg.d_mlp
+    g = torch.Generator().manual_seed(0)
+    x = torch.randn(rows, pos, d, generator=g)
+    W_qkv, W_o = torch.randn(d, 3 * H * dh, generator=g) / d ** .5, torch.randn(H * dh, d, generator=g) / d ** .5
+    W_in, W_out = torch.randn(d, m, generator=g) / d ** .5, torch.randn(m, d, generator=g) / m ** .5
+    causal = torch.full((pos, pos), float("-inf")).triu(1)
+
+    def block() -> torch.Tensor:
+        qkv = (x.reshape(-1, d) @ W_qkv).view(rows, pos, 3, H, dh).permute(2, 0, 3, 1, 4)  # [3, rows, H, pos, dh]
+        s = (qkv[0] @ qkv[1].transpose(-1, -2)) / math.sqrt(dh) + causal
+        s = (s - s.amax(-1, keepdim=True)).exp()
+        z = ((s / s.sum(-1, keepdim=True)) @ qkv[2]).transpose(1, 2).reshape(-1, H * dh)
+        resid = x.reshape(-1, d) + z @ W_o
+        return resid + torch.nn.functional.gelu(resid @ W_in) @ W_out
+
+    a, b = x.reshape(-1, d), W_in
+    per_row = block_flops(d, m, H, dh, pos)
+    return rows * per_row / median_time(block), 2.0 * rows * pos * d * m / median_time(lambda: a @ b)
+
+
+def project(size: str, circuits: float, n: int) -> dict[str, Any]:
+    """Exact ACDC's model arithmetic on a model of this size, and the time it takes at the rates
+    this machine runs bare blocks and bare matrix products of its shapes at."""
+    from bench_edge_methods import random_model
+    from bench_pass_rows import block_flops
+
+    from eval.graph import graph_of
+
+    layers, heads = (int(x) for x in size.split("x"))
+    model = random_model(layers, heads)
+    cfg, graph = model.cfg, graph_of(model)
+    per_row = block_flops(cfg.d_model, cfg.d_mlp, heads, cfg.d_head, 10)  # random_task's 10 positions
+    edges = len(graph.at("qkv").edges)
+    blocks = sweep_blocks(graph, layers)
+    flop = blocks * circuits * n * per_row
+    model_rate, mm_rate = block_rate(cfg, max(1, round(circuits * n)), 10)
+    return {"model": size, "qkv_edges": edges, "n": n, "circuits_per_pass": round(circuits, 2),
+            "blocks_per_edge": round(blocks / edges, 2), "gflop": round(flop / 1e9),
+            "block_gflop_per_s": round(model_rate / 1e9, 1), "matmul_gflop_per_s": round(mm_rate / 1e9, 1),
+            "s_at_block_rate_1_core": round(flop / model_rate), "s_at_block_rate_2_cores": round(flop / model_rate / 2),
+            "s_at_matmul_rate_2_cores": round(flop / mm_rate / 2)}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sizes", nargs="+", default=["6x4", "8x8"], help="LAYERSxHEADS measured")
+    parser.add_argument("--project", default="12x12", help="LAYERSxHEADS to project ACDC's arithmetic to")
+    parser.add_argument("--n", type=int, default=32, help="clean inputs (and counterfactuals)")
+    parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--loop-sizes", nargs="+", default=["6x4"], help="sizes the per-edge loop runs at")
+    parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
+    args = parser.parse_args()
+
+    import torch
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_edge_methods import random_model, random_task
+    from bench_pass_rows import block_flops
+
+    from eval.graph import graph_of
+
+    torch.set_num_threads(args.threads)
+    report: dict[str, Any] = {"torch_threads": args.threads, "n": args.n, "measured": []}
+    circuits = None
+    for size in args.sizes:
+        layers, heads = (int(x) for x in size.split("x"))
+        model = random_model(layers, heads)
+        task, graph, cfg = random_task(model, args.n), graph_of(model), model.cfg
+        pos = int(task.tokens.shape[1])
+        per_row = block_flops(cfg.d_model, cfg.d_mlp, heads, cfg.d_head, pos)
+        rows = [metered(model, task, graph, key, per_row)
+                for key in ("acdc", "edge_patching", *(["edge_patching_loop"] if size in args.loop_sizes else []))]
+        entry: dict[str, Any] = {"model": size, "qkv_edges": len(graph.at("qkv").edges),
+                                 "sweep_blocks_per_edge": round(sweep_blocks(graph, layers) / len(graph.at("qkv").edges), 2),
+                                 "rows": rows}
+        by = {r["method"]: r for r in rows}
+        if "edge_patching_loop" in by:
+            loop, batched = by["edge_patching_loop"], by["edge_patching"]
+            entry["edge_patching_arithmetic_ratio"] = round(loop["gflop"] / batched["gflop"], 2)
+            entry["edge_patching_time_ratio"] = round(loop["cpu_s"] / batched["cpu_s"], 2)
+            # Bare blocks at the loop's and the batched passes' row counts: batching beats the loop
+            # by more than the arithmetic ratio only if many rows run faster per FLOP than few.
+            few, _ = block_rate(cfg, args.n, pos)
+            many, mm_rate = block_rate(cfg, round(batched["rows_per_pass"]), pos)
+            entry["block_gflop_per_s"] = {"loop_rows": round(few / 1e9, 1), "batched_rows": round(many / 1e9, 1)}
+            entry["matmul_gflop_per_s_batched_rows"] = round(mm_rate / 1e9, 1)
+            entry["edge_patching_ratio_at_block_rates"] = round(entry["edge_patching_arithmetic_ratio"] * many / few, 2)
+        circuits = by["acdc"]["rows_per_pass"] / args.n
+        report["measured"].append(entry)
+        print(json.dumps(entry), file=sys.stderr, flush=True)
+    if args.project and circuits is not None:
+        report["projected_acdc"] = project(args.project, circuits, args.n)
+    text = json.dumps(report, indent=1)
+    if args.out:
+        args.out.write_text(text)
+    print(text)
+
+
+if __name__ == "__main__":
+    main()

@@ -23,6 +23,7 @@ before that block enter as fixed offsets summed once, not in every pass.
 from __future__ import annotations
 
 import dataclasses
+import typing
 from typing import Any, Literal
 
 import torch
@@ -49,6 +50,16 @@ class AcdcOptions:
     model's output at label positions (InterpBench App. D); "logit_diff": minus the task behaviour."""
     max_rows: int = 2048
     """Rows per forward pass (n task rows per τ block)."""
+
+    def __post_init__(self) -> None:
+        if not self.taus:
+            raise ValueError("ACDC needs at least one threshold τ")
+        if any(not tau >= 0 for tau in self.taus):
+            raise ValueError(f"ACDC thresholds must be >= 0, got {self.taus}")
+        if self.metric not in typing.get_args(AcdcMetric):
+            raise ValueError(f"unknown ACDC metric {self.metric!r}; allowed: {', '.join(typing.get_args(AcdcMetric))}")
+        if self.max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {self.max_rows}")
 
 
 def divergence_metric(task: TaskData, full_logits: torch.Tensor) -> Metric:
@@ -97,10 +108,6 @@ def acdc_sweep(ctx: Any, taus: tuple[float, ...], metric: Metric, *, max_rows: i
 def acdc(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: AblationKind = "resample",
          options: AcdcOptions = AcdcOptions(), progress: Progress | None = None) -> MethodOutput:
     """ACDC on the q/k/v edge graph: one circuit per τ in options.taus (the first is the chosen one)."""
-    if not options.taus:
-        raise ValueError("ACDC needs at least one threshold τ")
-    if any(not tau >= 0 for tau in options.taus):
-        raise ValueError(f"ACDC thresholds must be >= 0, got {options.taus}")
     ctx = make_context(model, task, graph, ablation)
     with torch.no_grad():
         full = ctx.forward()

@@ -21,11 +21,12 @@ import inspect
 import json
 import os
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
 from eval.evaluation import RunProgress, Settings, Target, evaluate
+from eval.method_options import with_options
 from eval.methods import Method, MethodError, get_method
 from eval.report import MethodResult
 from eval.score_files import file_stem
@@ -148,10 +149,17 @@ class BenchRun:
     """The settings every cell was evaluated with."""
 
 
-def bench_method(spec: str, registry: Any) -> BenchMethod:
-    """A built-in key or `package.module:function` -> a BenchMethod (one-line MethodError otherwise)."""
+def bench_method(spec: str, registry: Any, options: Mapping[str, Any] | None = None) -> BenchMethod:
+    """A built-in key or `package.module:function`, with these fields of its options changed
+    (eval.method_options) -> a BenchMethod (one-line MethodError otherwise). Changed options show
+    in its key, `acdc[taus=0,0.1]`, so its leaderboard row and cached cells stay apart from the
+    defaults'."""
     method = get_method(spec, registry)
-    return BenchMethod(key=method.key, source="builtin" if spec in registry else "outside", method=method,
+    key = method.key
+    if options:
+        method = with_options(method, options)
+        key += "[" + ";".join(f"{field}={value}" for field, value in options.items()) + "]"
+    return BenchMethod(key=key, source="builtin" if spec in registry else "outside", method=method,
                        fingerprint=method_fingerprint(method))
 
 

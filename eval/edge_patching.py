@@ -60,6 +60,10 @@ class PatchingOptions:
     max_rows: int = 1024
     """Rows per forward pass (n task rows per patched edge); bounds memory, fewer passes when larger."""
 
+    def __post_init__(self) -> None:
+        if self.max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {self.max_rows}")
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class IGOptions:
@@ -69,6 +73,12 @@ class IGOptions:
     """Z, interpolation points per sender (MIB §3.2 uses 5, following Hanna et al. 2024)."""
     max_rows: int = 1024
     """Rows per forward/backward pass; the Z (and group) runs are stacked as row blocks up to it."""
+
+    def __post_init__(self) -> None:
+        if self.steps < 1:
+            raise ValueError(f"steps must be >= 1, got {self.steps}")
+        if self.max_rows < 1:
+            raise ValueError(f"max_rows must be at least 1, got {self.max_rows}")
 
 
 # ---- shared by the edge-level methods ----

@@ -34,6 +34,12 @@ class EnsembleOptions:
     methods: tuple[str, ...] = ("eap", "eap_ig_inputs", "eap_ig_activations")
     """Registry keys of edge scorers (see SCORERS); the default is the shared task's P-Ens."""
 
+    def __post_init__(self) -> None:
+        unknown = [m for m in self.methods if m not in SCORERS]
+        if not self.methods or unknown:
+            raise ValueError(f"ensemble methods must be a non-empty list of {', '.join(SCORERS)}; "
+                             f"got {list(self.methods)}")
+
 
 def normalised(scores: Mapping[tuple[str, str], float]) -> dict[tuple[str, str], float]:
     """Scores divided by their largest magnitude (all zeros stay zeros)."""
@@ -44,10 +50,6 @@ def normalised(scores: Mapping[tuple[str, str], float]) -> dict[tuple[str, str],
 def ensemble(model: Any, task: TaskData, *, graph: ComputationGraph, ablation: AblationKind = "resample",
              options: EnsembleOptions = EnsembleOptions()) -> MethodOutput:
     """Mean over options.methods of each method's max-normalised edge scores."""
-    unknown = [m for m in options.methods if m not in SCORERS]
-    if not options.methods or unknown:
-        raise ValueError(f"ensemble methods must be a non-empty list of {', '.join(SCORERS)}; "
-                         f"got {list(options.methods)}")
     total: dict[tuple[str, str], float] = {}
     for key in options.methods:
         scorer = SCORERS[key]

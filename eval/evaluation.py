@@ -22,6 +22,7 @@ from eval.chance import chance_line, circuit_chance, output_kind
 from eval.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
 from eval.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
 from eval.methods import Method, MethodError, MethodOutput, Progress, call_method, get_method, read_score_file
+from eval.method_options import options_of
 from eval.score_files import save_output
 from eval.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
 from eval.edge_patching import inert_edges
@@ -140,6 +141,8 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
         settings={**dataclasses.asdict(s), "weights": dict(s.weights) if s.weights else None,
                   "stability_run_seeds": [s.seed + k for k in range(max(1, s.stability_seeds))],
                   "torch_threads": torch.get_num_threads(),  # float results and times depend on it
+                  "method_options": {m.key: dataclasses.asdict(o) for m in resolved
+                                     if (o := options_of(m)) is not None},
                   "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
                   "labels": "reference (compiled) model outputs",
                   "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",

@@ -60,6 +60,15 @@ class SPOptions:
     max_rows: int = 4096
     """Rows per forward pass (batch rows per λ); larger sweeps train in groups of λ."""
 
+    def __post_init__(self) -> None:
+        if not self.penalties or any(not lam >= 0 for lam in self.penalties):
+            raise ValueError(f"penalties must be a non-empty list of values >= 0, got {self.penalties}")
+        if self.steps < 0 or not 0 < self.init_keep < 1:
+            raise ValueError(f"steps must be >= 0 and init_keep in (0, 1), got {self.steps} and {self.init_keep}")
+        if not self.lr > 0 or self.batch < 1 or self.max_rows < 1:
+            raise ValueError(f"lr must be > 0 and batch and max_rows at least 1, got {self.lr}, {self.batch}, "
+                             f"{self.max_rows}")
+
 
 def hard_concrete(log_alpha: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A stretched, clamped concrete sample z ∈ [0, 1], differentiable in log α."""
@@ -124,10 +133,6 @@ def _train(ctx: Any, units: list[Any], level: Literal["node", "edge"], penalties
 
 def _sp(model: Any, task: TaskData, graph: ComputationGraph, ablation: AblationKind, seed: int,
         options: SPOptions, level: Literal["node", "edge"], progress: Progress | None) -> MethodOutput:
-    if not options.penalties or any(not lam >= 0 for lam in options.penalties):
-        raise ValueError(f"penalties must be a non-empty list of values >= 0, got {options.penalties}")
-    if options.steps < 0 or not 0 < options.init_keep < 1:
-        raise ValueError("steps must be >= 0 and init_keep in (0, 1)")
     ctx = make_context(model, task, graph, ablation)
     units: list[Any] = list(graph.components) if level == "node" else list(graph.at("qkv").edges)
     kept = deterministic_mask(_train(ctx, units, level, tuple(options.penalties), options, seed,

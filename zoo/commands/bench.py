@@ -17,7 +17,7 @@ LEADERBOARD_FILES = ("leaderboard.json", "leaderboard.csv", "pairwise.csv", "aur
 
 def register(sub: argparse._SubParsersAction) -> None:
     from zoo.commands.common import add_common
-    from zoo.commands.evaluate import BUILTIN_METHOD_KEYS
+    from zoo.commands.evaluate import BUILTIN_METHOD_KEYS, add_method_option
 
     p = sub.add_parser(
         "bench", help="run methods x entries and write one leaderboard (cached: a rerun computes only what is missing)",
@@ -50,6 +50,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
                    "and no stall when another process holds a core; more are faster on an idle machine; "
                    "part of the cache key)")
+    add_method_option(p)
     p.set_defaults(func=run_bench_command)
 
 
@@ -86,11 +87,15 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
     from eval.baselines import REGISTRY
     from eval.bench import BenchSettings, bench_method, run_bench, score_folder
+    from eval.method_options import parse_method_options
     from eval.methods import MethodError
     from zoo.bench_entries import bench_entries
 
     try:
-        methods = [bench_method(k, REGISTRY) for k in (keys or BUILTIN_METHOD_KEYS)]
+        chosen = keys or list(BUILTIN_METHOD_KEYS)
+        options = parse_method_options(args.method_option, running=chosen)
+        # bound options change the method's fingerprint, so its cells are cached apart from the defaults'
+        methods = [bench_method(k, REGISTRY, options.get(k)) for k in chosen]
         methods += [score_folder(d) for d in args.scores]
     except MethodError as exc:
         raise ZooError(str(exc)) from None

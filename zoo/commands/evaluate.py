@@ -22,6 +22,25 @@ BUILTIN_METHOD_KEYS = ("random", "activation_patching", "gradient_attribution", 
 """eval.baselines.REGISTRY's keys, spelled out so `--help` needs no torch (a test keeps them equal)."""
 
 
+def add_method_option(p: argparse.ArgumentParser) -> None:
+    """`--method-option METHOD.FIELD=VALUE` (zoo eval and zoo bench)."""
+    p.add_argument("--method-option", action="append", default=[], metavar="METHOD.FIELD=VALUE",
+                   help="set a field of a method's options (repeatable), e.g. acdc.taus=0.01,0.1,1 (a shorter τ "
+                   "grid: a cheaper ACDC), acdc.metric=logit_diff, eap_ig_inputs.steps=10, edge_sp.penalties=0,1,10, "
+                   "ensemble.methods=eap,ifr; the method must be one that runs; every method's options are "
+                   "recorded in the report (settings.method_options)")
+
+
+def methods_with_options(names: list[str], items: list[str]) -> list:
+    """--method names, with each one that --method-option names bound to its options (eval.method_options)."""
+    from eval.baselines import REGISTRY
+    from eval.method_options import parse_method_options, with_options
+    from eval.methods import get_method
+
+    options = parse_method_options(items, running=names)
+    return [with_options(get_method(name, REGISTRY), options[name]) if name in options else name for name in names]
+
+
 def register(sub: argparse._SubParsersAction) -> None:
     from zoo.commands.common import add_common
 
@@ -53,6 +72,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
                    "and no stall when another process holds a core; more are faster on an idle machine)")
+    add_method_option(p)
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--save-scores", metavar="DIR",
                    help="write each method's scores as a MIB score file DIR/<method>.json (circuit methods: "
@@ -87,10 +107,14 @@ def run_eval(args: argparse.Namespace) -> int:
 
     torch.set_num_threads(args.threads)
 
+    try:
+        methods = methods_with_options(args.method, args.method_option)
+    except MethodError as exc:
+        raise ZooError(str(exc)) from None
     bars = method_bars()
     try:
         with _stdout_to_stderr():  # whatever runs (a method, a library) prints to stderr, never into the report
-            report = evaluate(case, args.method, scores=args.scores, model=args.model or "auto", root=args.root,
+            report = evaluate(case, methods, scores=args.scores, model=args.model or "auto", root=args.root,
                               n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
                               stability_seeds=args.stability_seeds, permutations=args.permutations,
                               save_scores=args.save_scores, progress=bars)

@@ -3,6 +3,7 @@ a log-log plot of cost against q/k/v edge count.
 
     python tests/benchmarks/bench_edge_methods.py [--sizes 2x2 4x4 6x4 8x8 12x12] [--n 32]
         [--methods ...] [--out costs.json] [--budget-s 600] [--plot costs.png]
+        [--method-option acdc.taus=0.01,0.001,0.1 ...]   # as zoo eval's (eval.method_options)
     python tests/benchmarks/bench_edge_methods.py --plot costs.png --from costs.json   # plot only
     python tests/benchmarks/bench_edge_methods.py --entry ROOT/entries/case-19 [--n 100]  # a trained entry
 
@@ -127,8 +128,9 @@ def extrapolate(points: list[tuple[int, float]], edges: int) -> float | None:
     return s1 * (edges / e1) ** slope
 
 
-def measure(model: Any, task: Any, graph: Any, key: str) -> dict[str, Any]:
+def measure(model: Any, task: Any, graph: Any, key: str, options: dict[str, str] | None = None) -> dict[str, Any]:
     from eval.baselines import REGISTRY
+    from eval.method_options import with_options
     from eval.methods import call_method
 
     counter = Counter()
@@ -138,7 +140,8 @@ def measure(model: Any, task: Any, graph: Any, key: str) -> dict[str, Any]:
         edge_patching_loop(model, task, graph)
         kind = "scores"
     else:
-        kind = call_method(REGISTRY[key], model, task, graph=graph, seed=0, ablation="resample").kind
+        method = with_options(REGISTRY[key], options) if options else REGISTRY[key]
+        kind = call_method(method, model, task, graph=graph, seed=0, ablation="resample").kind
     wall, cpu = time.perf_counter() - start, time.process_time() - cpu
     handle.remove()
     return {"method": key, "wall_s": round(wall, 3), "cpu_s": round(cpu, 3), "forward": counter.forward,
@@ -187,6 +190,8 @@ def main() -> None:
                         help="sizes the loop baseline runs at (it is one full forward per edge)")
     parser.add_argument("--budget-s", type=float, default=None, help="skip runs extrapolated beyond this")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
+    parser.add_argument("--method-option", action="append", default=[], metavar="METHOD.FIELD=VALUE",
+                        help="as zoo eval's, e.g. acdc.taus=0.01,0.001,0.1 (recorded in the JSON)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too (after every method)")
     parser.add_argument("--plot", type=Path, default=None, help="log-log PNG of cost against edge count")
     parser.add_argument("--from", dest="source", type=Path, default=None, help="plot this JSON, run nothing")
@@ -200,10 +205,13 @@ def main() -> None:
 
     torch.set_num_threads(args.threads)
     from eval.graph import graph_of
+    from eval.method_options import parse_method_options
+
+    options = parse_method_options(args.method_option, running=args.methods)
 
     results: list[dict[str, Any]] = []
     history: dict[str, list[tuple[int, float]]] = {}
-    report = {"torch_threads": args.threads, "n": args.n, "results": results}
+    report = {"torch_threads": args.threads, "n": args.n, "method_options": options, "results": results}
     for size in ([str(args.entry)] if args.entry else args.sizes):
         if args.entry:
             model, task, size = entry_model_and_task(args.entry, args.n)
@@ -226,7 +234,7 @@ def main() -> None:
                 rows.append({"method": key, "extrapolated_s": round(guess, 1)})
                 print(f"{size} {key}: skipped, extrapolated {guess:.0f} s", file=sys.stderr, flush=True)
             else:
-                row = measure(model, task, graph, key)
+                row = measure(model, task, graph, key, options.get(key))
                 rows.append(row)
                 history.setdefault(key, []).append((edges, row["cpu_s"]))
                 print(f"{size} {key}: {row['wall_s']:.2f} s wall, {row['cpu_s']:.2f} s cpu, "

@@ -55,3 +55,18 @@ def compiled(compile_cache: Path):
         return memo[case_id]
 
     return get
+
+
+@pytest.fixture
+def compiled_root(compiled, compile_cache: Path, tmp_path: Path):
+    """compiled_root(case_id) -> a zoo root (tmp_path/root) whose compiled/ is the session's compile
+    cache, with that case compiled: what CLI tests run `--model compiled` against."""
+    def make(case_id: str) -> Path:
+        compiled(case_id)
+        root = tmp_path / "root"
+        if not root.exists():
+            root.mkdir()
+            (root / "compiled").symlink_to(compile_cache)
+        return root
+
+    return make

@@ -105,12 +105,8 @@ def test_a_failing_method_is_an_error_cell_and_is_not_cached(case3, tmp_path):
 # --- the CLI --------------------------------------------------------------------------------------
 
 @pytest.fixture
-def cli_root(compiled, compile_cache, tmp_path) -> Path:
-    compiled("3")
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "compiled").symlink_to(compile_cache)
-    return root
+def cli_root(compiled_root) -> Path:
+    return compiled_root("3")
 
 
 def _bench(argv, capsys):

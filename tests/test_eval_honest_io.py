@@ -57,12 +57,8 @@ def bool_method(model, task):
 # --- the CLI ---------------------------------------------------------------------------------------
 
 @pytest.fixture
-def cli_root(compiled, compile_cache, tmp_path) -> Path:
-    compiled("4")
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "compiled").symlink_to(compile_cache)
-    return root
+def cli_root(compiled_root) -> Path:
+    return compiled_root("4")
 
 
 def _cli(argv):

@@ -152,12 +152,8 @@ def test_bad_methods_fail_with_one_clear_error(compiled, spec, message):
 
 
 @pytest.fixture
-def cli_root(compiled, compile_cache, tmp_path) -> Path:
-    compiled("4")
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "compiled").symlink_to(compile_cache)
-    return root
+def cli_root(compiled_root) -> Path:
+    return compiled_root("4")
 
 
 def _cli(argv, capsys):

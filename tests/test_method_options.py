@@ -93,12 +93,8 @@ def test_a_bound_method_runs_with_its_options_and_is_cached_apart(case3):
 
 
 @pytest.fixture
-def cli_root(compiled, compile_cache, tmp_path) -> Path:
-    compiled("3")
-    root = tmp_path / "root"
-    root.mkdir()
-    (root / "compiled").symlink_to(compile_cache)
-    return root
+def cli_root(compiled_root) -> Path:
+    return compiled_root("3")
 
 
 def _zoo(argv, capsys):

@@ -70,3 +70,16 @@ def compiled_root(compiled, compile_cache: Path, tmp_path: Path):
         return root
 
     return make
+
+
+@pytest.fixture
+def zoo_cli(capsys: pytest.CaptureFixture[str]):
+    """zoo_cli(argv) -> (exit code, stdout, stderr) of `zoo ARGV`, run in this process."""
+    def run(argv: list[str]) -> tuple[int, str, str]:
+        from zoo.cli import main
+
+        code = main(argv)
+        out, err = capsys.readouterr()
+        return code, out, err
+
+    return run

@@ -156,14 +156,6 @@ def cli_root(compiled_root) -> Path:
     return compiled_root("4")
 
 
-def _cli(argv, capsys):
-    from zoo.cli import main
-
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize(("payload", "message"), [
     ({"nodes": {}, "edges": {"a5.h0->m1": {"score": 1.0}}}, "not in the model"),
     ({"nodes": {}, "edges": {"a1.h0->a1.h1": {"score": 1.0}}}, "not in the model's graph"),
@@ -172,12 +164,12 @@ def _cli(argv, capsys):
     ({"nodes": {"m0": {"score": "high"}}}, "not a number"),
     ([1, 2], "expected MIB's format"),
 ])
-def test_cli_bad_score_file_exit_2_no_partial_output(cli_root, tmp_path, capsys, payload, message):
+def test_cli_bad_score_file_exit_2_no_partial_output(cli_root, tmp_path, zoo_cli, payload, message):
     path = tmp_path / "bad.json"
     path.write_text(json.dumps(payload))  # 1e400 is inf in Python and "Infinity" in the file
     plots = tmp_path / "plots"
-    code, out, err = _cli(["eval", "case", "4", "--model", "compiled", "--root", str(cli_root), "--scores", str(path),
-                           "--plots", str(plots), "--json"], capsys)
+    code, out, err = zoo_cli(["eval", "case", "4", "--model", "compiled", "--root", str(cli_root),
+                              "--scores", str(path), "--plots", str(plots), "--json"])
     assert code == 2 and out == ""
     assert err.count("\n") == 1 and err.startswith("zoo: error: ") and message in err
     assert not plots.exists()
@@ -189,19 +181,19 @@ def test_cli_bad_score_file_exit_2_no_partial_output(cli_root, tmp_path, capsys,
     (["--method", "test_eval_model:wrong_shape_method"], "returned list"),
     ([], "name a method"),
 ])
-def test_cli_bad_method_exit_2(cli_root, tmp_path, capsys, args, message):
+def test_cli_bad_method_exit_2(cli_root, tmp_path, zoo_cli, args, message):
     plots = tmp_path / "plots"
-    code, out, err = _cli(["eval", "case", "4", "--model", "compiled", "--root", str(cli_root), "--plots", str(plots),
-                           *args], capsys)
+    code, out, err = zoo_cli(["eval", "case", "4", "--model", "compiled", "--root", str(cli_root),
+                              "--plots", str(plots), *args])
     assert code == 2 and out == "" and err.count("\n") == 1 and message in err
     assert not plots.exists()
 
 
-def test_cli_eval_json_and_plots(cli_root, tmp_path, capsys):
+def test_cli_eval_json_and_plots(cli_root, tmp_path, zoo_cli):
     plots = tmp_path / "plots"
-    code, out, err = _cli(["eval", "case", "4", "--root", str(cli_root), "--method", "activation_patching",
-                           "--method", "random", "--json", "--plots", str(plots), "--n", "64",
-                           "--stability-seeds", "2", "--permutations", "50"], capsys)
+    code, out, err = zoo_cli(["eval", "case", "4", "--root", str(cli_root), "--method", "activation_patching",
+                              "--method", "random", "--json", "--plots", str(plots), "--n", "64",
+                              "--stability-seeds", "2", "--permutations", "50"])
     assert code == 0, err
     data = json.loads(out)
     assert data["entry"]["model"] == "compiled"  # no trained entry under this root
@@ -214,9 +206,9 @@ def test_cli_eval_json_and_plots(cli_root, tmp_path, capsys):
     assert not [p for p in plots.iterdir() if p.name.startswith(".")]
 
 
-def test_trained_model_requested_without_entry_is_an_error(cli_root, capsys):
-    code, out, err = _cli(["eval", "case", "4", "--model", "trained", "--root", str(cli_root),
-                           "--method", "random"], capsys)
+def test_trained_model_requested_without_entry_is_an_error(cli_root, zoo_cli):
+    code, out, err = zoo_cli(["eval", "case", "4", "--model", "trained", "--root", str(cli_root),
+                              "--method", "random"])
     assert code == 2 and "no trained entry case-4" in err
 
 

@@ -97,19 +97,11 @@ def cli_root(compiled_root) -> Path:
     return compiled_root("3")
 
 
-def _zoo(argv, capsys):
-    from zoo.cli import main
-
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
-def test_cli_eval_runs_and_records_method_options(cli_root, capsys):
+def test_cli_eval_runs_and_records_method_options(cli_root, zoo_cli):
     argv = ["eval", "case", "3", "--model", "compiled", "--root", str(cli_root), "--method", "acdc", "--method",
             "eap_ig_inputs", "--method-option", "acdc.taus=0,0.1", "--method-option", "eap_ig_inputs.steps=2",
             "--n", "16", "--stability-seeds", "1", "--permutations", "5", "--json"]
-    code, out, err = _zoo(argv, capsys)
+    code, out, err = zoo_cli(argv)
     assert code == 0, err
     report = json.loads(out)
     assert report["settings"]["method_options"] == {
@@ -124,19 +116,19 @@ def test_cli_eval_runs_and_records_method_options(cli_root, capsys):
     (["--method", "acdc", "--method-option", "acdc.metric=kl"], "acdc.metric must be one of"),
     (["--method", "random", "--method-option", "random.x=1"], "method 'random' takes no options"),
 ])
-def test_cli_bad_method_options_one_line_exit_2(cli_root, capsys, argv, needle):
+def test_cli_bad_method_options_one_line_exit_2(cli_root, zoo_cli, argv, needle):
     for command in (["eval", "case", "3", "--model", "compiled"], ["bench", "--cases", "3", "--model", "compiled"]):
-        code, out, err = _zoo([*command, "--root", str(cli_root), *argv], capsys)
+        code, out, err = zoo_cli([*command, "--root", str(cli_root), *argv])
         assert code == 2 and out == ""
         assert err.count("\n") == 1 and err.startswith("zoo: error: ") and needle in err, err
 
 
-def test_cli_bench_keeps_optioned_and_default_cells_apart(cli_root, tmp_path, capsys):
+def test_cli_bench_keeps_optioned_and_default_cells_apart(cli_root, tmp_path, zoo_cli):
     base = ["bench", "--cases", "3", "--model", "compiled", "--root", str(cli_root), "--out", str(tmp_path / "b"),
             "--n", "16", "--json", "--method", "acdc"]
     option = ["--method-option", "acdc.taus=0,0.1"]
     for argv, computed, key in ((option, 1, "acdc[taus=0,0.1]"), ([], 1, "acdc"), (option, 0, "acdc[taus=0,0.1]")):
-        code, out, err = _zoo([*base, *argv], capsys)
+        code, out, err = zoo_cli([*base, *argv])
         assert code == 0, err
         board = json.loads(out)
         assert (board["computed"], [r["method"] for r in board["rows"]]) == (computed, [key])

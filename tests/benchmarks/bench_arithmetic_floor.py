@@ -41,10 +41,10 @@ from typing import Any
 
 
 class BlockMeter:
-    """Rows run by each block of a model, and passes reaching the unembedding."""
+    """Rows run by the blocks of a model, and rows of the passes reaching the unembedding."""
 
     def __init__(self, model: Any, flops_per_row: float) -> None:
-        self.flop, self.row_blocks, self.passes, self.rows = 0.0, 0, 0, 0
+        self.flop, self.row_blocks, self.rows = 0.0, 0, 0
         self.per_row = flops_per_row
         self.handles = [block.register_forward_hook(self._block) for block in model.blocks]
         self.handles.append(model.unembed.register_forward_hook(self._unembed))
@@ -55,7 +55,6 @@ class BlockMeter:
         self.flop += rows * self.per_row
 
     def _unembed(self, module: Any, args: Any, output: Any) -> None:
-        self.passes += 1
         self.rows += int(output.shape[0])
 
     def close(self) -> None:
@@ -64,24 +63,18 @@ class BlockMeter:
 
 
 def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -> dict[str, Any]:
-    """Run one method (or the per-edge loop) with a BlockMeter: time, passes, rows and arithmetic."""
-    from bench_edge_methods import edge_patching_loop
-
-    from eval.baselines import REGISTRY
-    from eval.methods import call_method
+    """bench_edge_methods.measure (time, passes) of one method or the per-edge loop, with a
+    BlockMeter: rows per pass, blocks per pass, arithmetic and its rate."""
+    from bench_edge_methods import measure
 
     meter = BlockMeter(model, flops_per_row)
-    t0, c0 = time.perf_counter(), time.process_time()
-    if key == "edge_patching_loop":
-        edge_patching_loop(model, task, graph)
-    else:
-        call_method(REGISTRY[key], model, task, graph=graph, seed=0, ablation="resample")
-    wall, cpu = time.perf_counter() - t0, time.process_time() - c0
+    row = measure(model, task, graph, key)
     meter.close()
-    return {"method": key, "wall_s": round(wall, 2), "cpu_s": round(cpu, 2), "passes": meter.passes,
-            "rows_per_pass": round(meter.rows / max(1, meter.passes), 1),
+    passes = max(1, row["forward"])
+    return {"method": key, "wall_s": round(row["wall_s"], 2), "cpu_s": round(row["cpu_s"], 2),
+            "passes": row["forward"], "rows_per_pass": round(meter.rows / passes, 1),
             "blocks_per_pass": round(meter.row_blocks / max(1, meter.rows), 2),
-            "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / cpu / 1e9, 1)}
+            "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / row["cpu_s"] / 1e9, 1)}
 
 
 def sweep_blocks(graph: Any, n_layers: int) -> int:

@@ -14,7 +14,17 @@ test gets a fresh Hub. Routes (see shared REFERENCE.md):
 Every request is recorded in `server.requests` as (method, path) so tests can assert on traffic.
 A test can make the server lie like a hostile Hub: `info_sha` replaces the commit id that
 repository info answers, `resolve_headers` replaces headers of download answers (X-Repo-Commit,
-ETag).
+ETag). Hostile modes of issue 31 (each what a real attack sent to huggingface_hub's downloaders):
+
+- `redirect`: "same-host" answers `/resolve/` with a 302 to `/cdn/...` on this server, whose answer
+  carries `redirect_headers` (the right commit and a traversal ETag); "404" redirects to a path that
+  answers 404 with `redirect_headers` (a traversal X-Repo-Commit); "cdn" redirects to `cdn_endpoint`
+  (another server, as the real Hub sends LFS files to a CDN);
+- `tree_extra`: per-path fields merged into tree records (Xet: `xetHash`, `lfs.oid` of `../..`);
+- `serve_instead`: per-path bytes served by downloads in place of the committed file, while the
+  listing still describes the committed one (an oversized file behind a small listing).
+
+`authorization` records the Authorization header of every request, as (path, header or None).
 """
 
 from __future__ import annotations
@@ -68,6 +78,12 @@ class HubServer:
         self.requests: list[tuple[str, str]] = []
         self.info_sha: str | None = None
         self.resolve_headers: dict[str, str] = {}
+        self.redirect: str | None = None
+        self.redirect_headers: dict[str, str] = {}
+        self.cdn_endpoint = ""
+        self.tree_extra: dict[str, dict] = {}
+        self.serve_instead: dict[str, bytes] = {}
+        self.authorization: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
@@ -181,7 +197,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header(key, value)
         self.end_headers()
         if not head:
-            self.wfile.write(body)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a client that stopped reading
+                self.wfile.write(body)
 
     def _json(self, status: int, data: object, headers: dict[str, str] | None = None, *, head: bool = False) -> None:
         self._send(status, json.dumps(data).encode(), headers, head=head)
@@ -216,6 +233,7 @@ class _Handler(BaseHTTPRequestHandler):
         url = urlsplit(self.path)
         path, query = url.path, parse_qs(url.query)
         self.hub.requests.append((method, path))
+        self.hub.authorization.append((path, self.headers.get("Authorization")))
         parts = [unquote(p) for p in path.strip("/").split("/")]
         body = self._body() if method == "POST" else b""
         try:
@@ -235,6 +253,8 @@ class _Handler(BaseHTTPRequestHandler):
                 if method == "GET" and len(rest) >= 2 and rest[0] == "tree":
                     recursive = query.get("recursive", ["false"])[0].lower() in ("1", "true")
                     return self._tree(repo_id, rest[1], "/".join(rest[2:]), recursive)
+            if method in ("HEAD", "GET") and parts[0] in ("cdn", "gone"):
+                return self._redirected(parts, head=method == "HEAD")
             if method in ("HEAD", "GET") and len(parts) >= 5 and parts[2] == "resolve":
                 return self._resolve(f"{parts[0]}/{parts[1]}", parts[3], "/".join(parts[4:]), head=method == "HEAD")
             self._error(404, "NotFound", f"no route for {method} {path}", head=method == "HEAD")
@@ -330,7 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
                     entries.setdefault(sub, {"type": "directory", "oid": "0" * 40, "path": sub})
             if recursive or len(rel) == 1:
                 data = commit.files[path]
-                entries[path] = {"type": "file", "oid": git_blob_oid(data), "size": len(data), "path": path}
+                entries[path] = {"type": "file", "oid": git_blob_oid(data), "size": len(data), "path": path,
+                                 **self.hub.tree_extra.get(path, {})}
         if prefix and not entries:
             return self._error(404, "EntryNotFound", f"{folder} does not exist on {rev}")
         self._json(200, list(entries.values()))
@@ -342,8 +363,24 @@ class _Handler(BaseHTTPRequestHandler):
         data = commit.files.get(path)
         if data is None:
             return self._error(404, "EntryNotFound", f"{path} does not exist on {rev}", head=head)
+        if self.hub.redirect is not None:
+            where = {"same-host": f"/cdn/{repo_id}/{commit.oid}/{path}", "404": f"/gone/{repo_id}/{commit.oid}/{path}",
+                     "cdn": f"{self.hub.cdn_endpoint}/cdn/{repo_id}/{commit.oid}/{path}"}[self.hub.redirect]
+            return self._send(302, b"", {"Location": where, "X-Repo-Commit": commit.oid}, head=head)
+        data = self.hub.serve_instead.get(path, data)
         headers = {"X-Repo-Commit": commit.oid, "ETag": f'"{git_blob_oid(data)}"', **self.hub.resolve_headers}
         self._send(200, data, headers, head=head, content_type="application/octet-stream")
+
+    def _redirected(self, parts: list[str], *, head: bool) -> None:
+        """Where `redirect` points: /cdn/{repo}/{commit}/{path} serves the file, /gone/... answers 404."""
+        repo_id, oid, path = f"{parts[1]}/{parts[2]}", parts[3], "/".join(parts[4:])
+        repo = self.hub.repos.get(repo_id)
+        commit = repo.at(oid) if repo is not None else None
+        data = commit.files.get(path) if commit is not None else None
+        if parts[0] == "gone" or data is None:
+            return self._send(404, b"not found", dict(self.hub.redirect_headers), head=head, content_type="text/plain")
+        data = self.hub.serve_instead.get(path, data)
+        self._send(200, data, dict(self.hub.redirect_headers), head=head, content_type="application/octet-stream")
 
 
 def build_entry(compiled, entries_dir, *, accuracy: float = 1.0):

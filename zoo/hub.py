@@ -9,16 +9,16 @@ HF_HOME and HF_HUB_OFFLINE again at each call and passes them explicitly, so set
 import (a notebook, a test) takes effect too.
 
 Safety: the server is not trusted. A revision must be a 40-hex commit or a plain ref name, and
-the commit a server answers must be 40 hex characters: huggingface_hub turns both into cache paths
-(`refs/<revision>`, `snapshots/<commit>`), so `../..` would write outside the cache. For the same
-reason every answer to a download (`/resolve/`) is checked while huggingface_hub downloads
-(`_checked_answers`): its X-Repo-Commit must be 40 hex characters and its ETag a git or sha256
-hash, else the download stops before anything is written. Files are fetched at the validated
-commit, and before downloading, the entry's remote file names are checked against the artifact's
-allowed names; the downloaded folder is then verified (leading bytes, then sha256 sums) before
-anything is parsed. `pull` then checks the whole entry (zoo.entry_check, zoo.behaviour_check) and
-installs exactly the bytes it checked, atomically; `--all` checks every entry before installing
-any. Every failure becomes one HubError / ArtifactError line (a ZooError: exit 2 on the CLI).
+the commit a server answers must be 40 hex characters (both become cache paths: `refs/<revision>`,
+`snapshots/<commit>`). huggingface_hub is used for JSON API calls only (repository info, commits);
+it never downloads, because its downloaders build paths from answers (ETag, X-Repo-Commit, Xet
+hashes) and follow redirects before a check can see them. Entry files are downloaded by
+zoo.hub_download into a folder the zoo makes, each checked against the listed size and hash, and
+the entry's remote file names are checked against the artifact's allowed names first; the folder
+is then verified (leading bytes, then sha256 sums) before anything is parsed. `pull` then checks
+the whole entry (zoo.entry_check, zoo.behaviour_check) and installs exactly the bytes it checked,
+atomically; `--all` checks every entry before installing any. Every failure becomes one HubError /
+ArtifactError line (a ZooError: exit 2 on the CLI).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ REPO_ENV = "ZOO_REPO_ID"
 DEFAULT_REVISION = "main"
 COMMIT = re.compile(r"[0-9a-f]{40}")
 REF_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}|refs/pr/[0-9]{1,9}")
-_ETAG = re.compile(r'(?:W/)?"?(?:[0-9a-f]{40}|[0-9a-f]{64})"?')
+_REPO_PART = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,95}")
 
 
 class HubError(ZooError):
@@ -75,8 +75,9 @@ def resolve_repo_id(repo_id: str | None = None) -> str:
     if not chosen:
         raise HubError(f"no repository given: pass --repo-id ORG/NAME or set ${REPO_ENV}")
     parts = chosen.split("/")
-    if len(parts) != 2 or not all(parts) or any(p.startswith(".") or ".." in p for p in parts):
-        raise HubError(f"invalid repository id {chosen!r}: expected ORG/NAME")
+    if len(parts) != 2 or not all(_REPO_PART.fullmatch(p) and ".." not in p for p in parts):
+        raise HubError(f"invalid repository id {chosen[:100]!r}: expected ORG/NAME (letters, digits, - _ .; "
+                       "at most 96 characters each, no ..)")
     return chosen
 
 
@@ -166,9 +167,12 @@ def _api(s: HubSettings):
 
 
 def remote_entries(names: Sequence[str]) -> list[str]:
-    """Entry folder names among repository paths."""
+    """Entry folder names among repository paths; other folders (a failed run's `case-33.failed`,
+    anything not named like an entry) are not entries and are left alone."""
+    from zoo.artifact import ENTRY_NAME
+
     folders = {p.split("/", 1)[0] for p in names if "/" in p}
-    return sorted(f for f in folders if f.startswith(("case-", "planted-")))
+    return sorted(f for f in folders if ENTRY_NAME.fullmatch(f) and ".." not in f)
 
 
 def _check_remote_folder(s: HubSettings, name: str, repo_files: Sequence[str]) -> None:
@@ -182,45 +186,6 @@ def _check_remote_folder(s: HubSettings, name: str, repo_files: Sequence[str]) -
     if bad:
         raise HubError(f"entry {name} in {s.repo_id} holds unexpected files {bad}; refused without "
                        f"downloading them (an entry holds only {', '.join(sorted(ALLOWED_FILES))})")
-
-
-def _check_answer(response: Any) -> None:
-    """huggingface_hub builds cache paths from a download answer's X-Repo-Commit and ETag headers
-    (`snapshots/<commit>/`, `blobs/<etag>`, `.no_exist/<commit>/`): refuse any that is not a hash,
-    before the library reads it."""
-    if "/resolve/" not in response.request.url.path:
-        return
-    commit = response.headers.get("X-Repo-Commit")
-    if commit is not None and not COMMIT.fullmatch(commit):
-        raise HubError(f"the Hub answered a download with commit {commit[:60]!r}, not 40 hex characters; refused "
-                       "(it would become a path in the cache)")
-    for header in ("X-Linked-Etag", "ETag"):
-        value = response.headers.get(header)
-        if value is not None and not _ETAG.fullmatch(value):
-            raise HubError(f"the Hub answered a download with {header} {value[:60]!r}, not a file hash; refused "
-                           "(it would become a path in the cache)")
-
-
-@contextlib.contextmanager
-def _checked_answers() -> Iterator[None]:
-    """`_check_answer` on every response of huggingface_hub's shared HTTP client, for one call.
-
-    The hook is added to the client for the duration of the block and removed after (it only ever
-    refuses answers). If the library replaced its client meanwhile (it does so after an SSL
-    error), downloads may have run unchecked, so the call is refused."""
-    from huggingface_hub import get_session
-
-    session = get_session()
-    hooks = session.event_hooks.setdefault("response", [])
-    hooks.append(_check_answer)
-    try:
-        yield
-    finally:
-        with contextlib.suppress(ValueError):
-            hooks.remove(_check_answer)
-    if get_session() is not session:
-        raise HubError("huggingface_hub replaced its HTTP client during the download (after a network error); "
-                       "the answers could not all be checked, try again")
 
 
 def _storage(s: HubSettings) -> Path:
@@ -244,54 +209,57 @@ def _remember_revision(s: HubSettings, sha: str) -> None:
         pass  # best effort, as in huggingface_hub: the download itself succeeded
 
 
-def _inside(path: Path, folder: Path) -> bool:
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
+def _client_source(s: HubSettings, commit: str) -> tuple[Any, Any]:
+    """huggingface_hub's shared HTTP client (the user's proxy and TLS settings) and what to ask it."""
+    from huggingface_hub import get_session
+    from huggingface_hub.utils import build_hf_headers
+
+    from zoo.hub_download import Source
+
+    return get_session(), Source(endpoint=s.endpoint, repo_id=s.repo_id, commit=commit,
+                                 headers=build_hf_headers(token=s.token))
+
+
+def _cached_entry(s: HubSettings, name: str) -> Path | None:
+    """The entry's folder in the cache for `s.revision`, if a download left one there."""
+    from zoo.hub_download import cached_commit
+
+    commit = cached_commit(_storage(s), s.revision)
+    path = _storage(s) / "snapshots" / commit / name if commit else None
+    return path if path is not None and path.is_dir() and not path.is_symlink() else None
 
 
 def fetch_entry(name: str, *, repo_id: str | None = None, revision: str | None = None,
                 token: str | bool | None = None, cache_dir: str | os.PathLike[str] | None = None) -> Path:
-    """Download entry `name` into the Hugging Face cache (or find it there when offline or when the
-    Hub is unreachable), verify its files, and return its folder in the cached snapshot."""
-    from huggingface_hub import errors, snapshot_download
+    """Download entry `name` into the Hugging Face cache folder of its repository (or find it there
+    when offline or when the Hub is unreachable), verify its files, and return its folder.
+
+    The download is the zoo's own (zoo.hub_download): nothing the server answers decides a path."""
+    from zoo.hub_download import download_entry
 
     check_entry_name(name)
     s = settings(repo_id, revision, token=token, cache_dir=cache_dir)
-    reached, why, commit = False, "HF_HUB_OFFLINE is set", s.revision
+    why = "HF_HUB_OFFLINE is set"
     if not s.offline:
         try:
             with hub_errors(s, f"fetching {name}"):
                 info = _api(s).repo_info(s.repo_id, revision=s.revision, token=s.token)
             commit = check_commit(info.sha, f"fetching {name}")
             _check_remote_folder(s, name, [str(f.rfilename) for f in info.siblings or []])
-            reached = True
+            cached = _storage(s) / "snapshots" / commit / name
+            if not (cached.is_dir() and not cached.is_symlink()):
+                with hub_errors(s, f"fetching {name}"):
+                    cached = download_entry(*_client_source(s, commit), name, _storage(s))
+            verify_entry(cached, name=name)
+            _remember_revision(s, commit)
+            return cached
         except HubUnreachable as exc:
             why = str(exc)  # fall back to the cache silently, like huggingface_hub itself
-    patterns = [f"{name}/{f}" for f in sorted(ALLOWED_FILES)]
-    try:
-        with hub_errors(s, f"fetching {name}"), _checked_answers():
-            # at the checked commit: the server is not asked again which commit `revision` is
-            snapshot = snapshot_download(
-                s.repo_id, revision=commit, allow_patterns=patterns, cache_dir=str(s.cache_dir),
-                endpoint=s.endpoint, token=s.token, local_files_only=not reached,
-                tqdm_class=_quiet_tqdm(),
-            )
-    except errors.LocalEntryNotFoundError as exc:
-        why = why if not reached else _first_line(exc)
+    path = _cached_entry(s, name)
+    if path is None:
         raise HubError(f"entry {name} of {s.repo_id}@{s.revision} is not in the Hugging Face cache "
-                       f"({s.cache_dir}) and {why}") from None
-    snapshot_dir = Path(snapshot)
-    if not COMMIT.fullmatch(snapshot_dir.name) or not _inside(snapshot_dir, _storage(s) / "snapshots"):
-        raise HubError(f"the cached revision {s.revision!r} of {s.repo_id} points outside its cache; refused")
-    path = snapshot_dir / name
-    if not path.is_dir():
-        raise HubError(f"entry {name} is not in the cached snapshot of {s.repo_id}@{s.revision}")
+                       f"({s.cache_dir}) and {why}")
     verify_entry(path, name=name)
-    if reached:
-        _remember_revision(s, commit)
     return path
 
 
@@ -323,15 +291,19 @@ def list_remote_entries(*, repo_id: str | None = None, revision: str | None = No
 # upload
 
 
-def _remote_rows(api: Any, s: HubSettings, parent: str, repo_files: Sequence[str]) -> list[dict[str, Any]]:
+def _remote_rows(s: HubSettings, parent: str, repo_files: Sequence[str]) -> list[dict[str, Any]]:
+    """The remote benchmark table, read into memory (bounded; nothing is written to disk)."""
+    from zoo.artifact import MAX_FILE_BYTES
     from zoo.benchmark import METADATA_JSON, rows_from_json
+    from zoo.hub_download import read_bytes
 
     if METADATA_JSON not in repo_files:
         return []
-    path = api.hf_hub_download(s.repo_id, METADATA_JSON, revision=parent, cache_dir=str(s.cache_dir))
+    client, source = _client_source(s, parent)
+    data = read_bytes(client, source, "resolve", METADATA_JSON, MAX_FILE_BYTES[".json"], f"reading {METADATA_JSON}")
     try:
-        return rows_from_json(json.loads(Path(path).read_text(encoding="utf-8")))
-    except ValueError as exc:
+        return rows_from_json(json.loads(data.decode("utf-8")))
+    except (ValueError, RecursionError) as exc:
         raise HubError(f"{METADATA_JSON} in {s.repo_id} is not a zoo table ({exc}); refusing to overwrite it") from None
 
 
@@ -359,11 +331,11 @@ def push_entries(entry_dirs: Sequence[Path], *, repo_id: str | None = None, revi
         read_checked(d)
     rows = [entry_row(d) for d in entry_dirs]
     api = _api(s)
-    with hub_errors(s, "pushing"), _checked_answers():
+    with hub_errors(s, "pushing"):
         api.create_repo(s.repo_id, exist_ok=True, private=private, token=s.token)
         parent = check_commit(api.repo_info(s.repo_id, revision=s.revision, token=s.token).sha, "pushing")
         repo_files = api.list_repo_files(s.repo_id, revision=parent, token=s.token)
-        table = merge_rows(_remote_rows(api, s, parent, repo_files), rows)
+        table = merge_rows(_remote_rows(s, parent, repo_files), rows)
         root_files = table_files(table)
         root_files["README.md"] = render_benchmark_card(table, repo_id=s.repo_id, tables=sorted(root_files)).encode()
         ops: list[Any] = []

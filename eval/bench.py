@@ -239,11 +239,16 @@ def _score_path(method: BenchMethod, entry: str) -> Path | None:
 
 
 def _tree_sha(path: Path) -> str:
+    from eval.score_input import ScoreFileError, read_score_file
+
     h = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for f in files:
         h.update(str(f.relative_to(path) if path.is_dir() else f.name).encode())
-        h.update(hashlib.sha256(f.read_bytes()).digest())
+        try:  # read as the evaluation will: a FIFO or an oversized file is one line, never a hang
+            h.update(hashlib.sha256(read_score_file(f, f"score file {str(f)!r}")).digest())
+        except ScoreFileError as exc:
+            raise MethodError(str(exc)) from None
     return h.hexdigest()
 
 

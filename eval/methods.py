@@ -278,12 +278,19 @@ def _load_json(path: Path, source: str) -> Any:
             out[key] = value
         return out
 
+    from eval.score_input import MAX_SCORE_JSON_DEPTH, ScoreFileError, json_depth_exceeds, read_score_file
+
     try:
-        return json.loads(Path(path).read_text(), object_pairs_hook=no_duplicates)
-    except OSError as exc:
-        raise MethodError(f"cannot read {source}: {exc.strerror}") from None
+        data = json.loads(read_score_file(path, source).decode("utf-8"), object_pairs_hook=no_duplicates)
+    except ScoreFileError as exc:
+        raise MethodError(str(exc)) from None
+    except RecursionError:
+        raise MethodError(f"{source} is nested too deeply to be a score file") from None
     except (json.JSONDecodeError, UnicodeDecodeError) as exc:
         raise MethodError(f"{source} is not JSON: {exc}") from None
+    if json_depth_exceeds(data):
+        raise MethodError(f"{source} nests deeper than {MAX_SCORE_JSON_DEPTH} levels; a score file nests three")
+    return data
 
 
 def _mib_sections(data: Any, graph: ComputationGraph, source: str) -> dict[str, dict[str, Mapping[str, Any]]]:

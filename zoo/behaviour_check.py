@@ -22,6 +22,10 @@ from zoo.case_json import canon, is_data_only
 from zoo.entry_check import CheckedEntry, recorded_accuracy
 
 N_INPUTS = 256
+MAX_ACTIVATION_BYTES = 1 << 30
+"""The most memory the check's forward pass may need, estimated before it runs (activation_bytes).
+Weights are bounded by eval.model_config; activations grow with batch x heads x n_ctx^2, so a
+kilobyte entry with a long context could otherwise ask for gigabytes (n_ctx 1024, one head: 3.6 GB)."""
 SEED = 1_234_567  # not a seed training uses for its data, so the inputs are held out in practice
 DEFAULT_TOLERANCE = 0.05  # regression outputs agree within this (siit.config's default)
 
@@ -67,6 +71,12 @@ def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_
         raise ArtifactError(f"entry {label}: validation.json with metrics.accuracy is needed to check the model")
     seqs = entry.case.sample(N_INPUTS, SEED)
     tokens, mask = entry.encoding.encode(seqs)
+    need = activation_bytes(entry.config, *tokens.shape)
+    if need > MAX_ACTIVATION_BYTES:
+        raise ArtifactError(
+            f"entry {label}: checking its model on {N_INPUTS} inputs of {tokens.shape[1]} positions would need about "
+            f"{need >> 20} MiB of activations (n_heads {entry.config['n_heads']}, d_mlp {entry.config['d_mlp']}), "
+            f"over the bound of {MAX_ACTIVATION_BYTES >> 20} MiB; refused before running it")
     labelled = mask.bool().clone()
     labelled[:, 0] = False
     model = Transformer.from_state_dict(entry.config, entry.state_dict)
@@ -93,6 +103,18 @@ def check_behaviour(entry: CheckedEntry, compile_cache: Path | None, *, require_
                 f"{measured:.4f}, validation.json records {recorded:.4f} (tolerance {allowed:.3f}); refused")
     against = "the planted high-level model" if entry.case.family == "planted" else "the compiled program"
     return BehaviourCheck(N_INPUTS, measured, recorded if isinstance(recorded, float) else None, against)
+
+
+def activation_bytes(config: dict[str, Any], batch: int, width: int) -> int:
+    """Peak memory of one forward pass of siit.transformer on [batch, width] tokens, from the
+    numbers alone (float32): about four [batch, heads, width, width] attention tensors live at once
+    (scores, masked scores, their exponent, the pattern) plus the bool mask, and one layer's
+    per-head results, q/k/v/z, residual copies, MLP hidden units and logits. Measured against it:
+    n_ctx 1024 with one head, 3.6 GB peak for an estimate of 4.3 GB."""
+    heads, d_head, d_model = config["n_heads"], config["d_head"], config["d_model"]
+    per_position = 2 * heads * d_model + 4 * heads * d_head + 4 * d_model + 2 * config["d_mlp"] + config["d_vocab_out"]
+    floats = batch * (4 * heads * width * width + width * per_position)
+    return 4 * floats + batch * width * width
 
 
 def _compiled(entry: CheckedEntry, compile_cache: Path | None) -> Any:

@@ -95,6 +95,8 @@ def run_eval(args: argparse.Namespace) -> int:
     for path in args.scores:
         if not Path(path).exists():
             raise ZooError(f"score file {path!r} does not exist")
+        if not (Path(path).is_dir() or Path(path).is_file()):  # a FIFO would block a reader forever
+            raise ZooError(f"score file {path!r} is not a regular file or a folder (a FIFO, socket or device)")
     if args.save_scores is not None and Path(args.save_scores).exists() and not Path(args.save_scores).is_dir():
         raise ZooError(f"--save-scores {args.save_scores!r} is a file; name a directory")
     case = resolve_case(args.kind, args.id)

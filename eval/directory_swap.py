@@ -61,7 +61,7 @@ def replace_directory(new: Path, dest: Path) -> None:
             if exc.errno not in (errno.ENOTEMPTY, errno.EEXIST):
                 raise
     if exchange(new, dest):
-        shutil.rmtree(new, ignore_errors=True)  # `new` now holds the old content
+        _remove(new)  # `new` now holds the old content
         return
     old = Path(tempfile.mkdtemp(prefix=f".{dest.name}.old.", dir=dest.parent))
     old.rmdir()
@@ -71,7 +71,16 @@ def replace_directory(new: Path, dest: Path) -> None:
     except BaseException:
         os.rename(old, dest)  # put the previous directory back rather than leave nothing
         raise
-    shutil.rmtree(old, ignore_errors=True)
+    _remove(old)
+
+
+def _remove(path: Path) -> None:
+    """Remove what an old `dest` was: a folder, or a symbolic link (rmtree refuses links, which left
+    a stray `.name.tmp.*` link beside an entry that had been a link)."""
+    if path.is_symlink():
+        path.unlink(missing_ok=True)
+    else:
+        shutil.rmtree(path, ignore_errors=True)
 
 
 def sibling_tmp(dest: Path, tag: str = "tmp") -> Path:

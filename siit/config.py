@@ -163,8 +163,10 @@ class TrainConfig:
             raise ConfigError(f"pairing must be auto, source_not_shorter or independent, got {self.pairing!r}")
         if not self.weight_decay >= 0:
             raise ConfigError(f"weight_decay must be >= 0, got {self.weight_decay}")
-        if not self.lr > 0:
-            raise ConfigError(f"lr must be > 0, got {self.lr}")
+        if not self.lr > 0 or not math.isfinite(self.lr):
+            raise ConfigError(f"lr must be a finite number > 0, got {self.lr}")
+        if not isinstance(self.seed, int) or isinstance(self.seed, bool) or not 0 <= self.seed < 2**32:
+            raise ConfigError(f"seed must be an integer in [0, 2**32 - 1] (numpy's seed range), got {self.seed!r}")
         for name in ("batch_size", "epochs", "n_train", "n_val", "eval_every", "patience"):
             value = getattr(self, name)
             if not isinstance(value, int) or isinstance(value, bool) or value < 1:

@@ -21,6 +21,7 @@ row also takes its own input shape (padded, unpadded, partly padded) under bidir
 from __future__ import annotations
 
 import dataclasses
+import math
 import signal
 import threading
 import time
@@ -51,6 +52,10 @@ from siit.transformer import Patch, Transformer, init_weights
 Progress = Callable[[int, dict[str, float]], None]
 """progress(step, postfix) after every step; postfix has loss, the latest metrics and "budget",
 the step budget (it grows when training extends it: siit.adaptation)."""
+
+
+class TrainingDiverged(ArithmeticError):
+    """A loss became NaN or infinite: the weights are no longer numbers, so there is nothing to keep."""
 
 
 class TrainingInterrupted(KeyboardInterrupt):
@@ -227,6 +232,9 @@ def train(
             optimizer.lr = adaptation.learning_rate(adapt, config, step)
             losses = _step(trainee, optimizer, s, config, task.case.task_kind, step, emphasis)
             step += 1
+            if not all(math.isfinite(v) for v in losses.values()):
+                bad = ", ".join(f"{k} {v}" for k, v in losses.items() if not math.isfinite(v))
+                raise TrainingDiverged(f"training diverged at step {step} ({bad}; lr {optimizer.lr:g})")
             if step % config.eval_every == 0 or step == adapt.budget:
                 metrics = _evaluate(trainee, s, s.evaluator)
                 met = meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)

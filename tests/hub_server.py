@@ -97,7 +97,7 @@ class HubServer:
         class Handler(_Handler):
             hub = server
 
-        self._httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._httpd = _QuietServer(("127.0.0.1", 0), Handler)
         self._httpd.daemon_threads = True
         host, port = self._httpd.server_address[:2]
         self.endpoint = f"http://{host}:{port}"
@@ -163,6 +163,17 @@ class HubServer:
         oid = digest.hexdigest()
         repo.commits.append(Commit(oid, files, message))
         return oid
+
+
+class _QuietServer(ThreadingHTTPServer):
+    """A client that refuses an answer hangs up mid-stream: that is the client's right, not a
+    server error worth a traceback on the test's stderr."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        import sys
+
+        if not isinstance(sys.exc_info()[1], (ConnectionResetError, BrokenPipeError)):
+            super().handle_error(request, client_address)
 
 
 class _Handler(BaseHTTPRequestHandler):

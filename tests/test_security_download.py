@@ -120,3 +120,20 @@ def test_honest_redirects_are_followed_and_the_token_stays_home(hub, good, root,
 
 def test_git_blob_oid_of_the_test_server_is_gits() -> None:
     assert git_blob_oid(b"hello\n") == "ce013625030ba8dba906f756967f9e9ca394464a"  # `git hash-object`
+
+
+def test_pull_all_leaves_alone_a_folder_that_is_not_an_entry(hub, good, root, tmp_path, capsys) -> None:
+    plant(hub, "case-33", edited(good["case-33"]))
+    plant(hub, "case-33.failed", edited(good["case-33"]))  # a failed run pushed by hand: not an entry
+    code, out, err = pull(capsys, root, "--all")
+    assert code == 0, err
+    assert sorted(p.name for p in (root / "entries").iterdir()) == ["case-33"]
+
+
+@pytest.mark.parametrize("repo_id", ["zoo test/zoo", "zoo/zoo zoo", "zoo/" + "x" * 97, "zoo/.x", "zoo/a..b"])
+def test_a_malformed_repo_id_is_one_line(repo_id, root, capsys) -> None:
+    from zoo.cli import main
+
+    code = main(["pull", "case", "33", "--repo-id", repo_id, "--root", str(root)])
+    _, err = capsys.readouterr()
+    assert_refused(code, err, "invalid repository id")

@@ -6,6 +6,7 @@ entry that met it."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
 import sys
 
@@ -128,11 +129,17 @@ def read_b_u(files: dict[str, bytes]):
     ({"config_json": b'{"n_layers": 1e999}'}, "number out of range"),
     ({"manifest_json": b'{"format": "zoo/1", "files": {"config.json": 5}}'}, "has no file table"),
     ({"nan_weights": True}, "hold NaN or infinite values"),
+    ({"case_json": b'{"id": "33", "notes": "\\ud800"}'}, "not Unicode text (a lone surrogate)"),
+    ({"case_json": b'{"\\udfff": 1}'}, "key that is not Unicode text"),
+    ({"circuit_json": _set("labels", {f"n{i}": "x" * 40 for i in range(400_000)})}, "circuit.json is larger than 16 MiB"),
+    ({"dotfile": True}, "unexpected files ['.hidden']"),
 ])
 def test_load_raises_the_documented_error_on_malformed_content(change, needle, versions, tmp_path) -> None:
     if "nan_weights" in change:  # zoo eval once ran on such weights and reported null metrics
         change = {"model_safetensors": weights(versions["A"], lambda t: t["embed.W_E"].fill_(float("nan")))}
-    files = edited(versions["A"], **{k: v for k, v in change.items() if k != "manifest_json"})
+    files = edited(versions["A"], **{k: v for k, v in change.items() if k not in ("manifest_json", "dotfile")})
+    if "dotfile" in change:  # ignored once: an entry folder holds nothing unlisted, hidden or not
+        files[".hidden"] = b"x"
     if "manifest_json" in change:
         files["manifest.json"] = change["manifest_json"]
     dest = tmp_path / "root" / "entries" / "case-33"
@@ -160,6 +167,18 @@ def test_write_entry_refuses_nan_and_changes_nothing(versions, tmp_path) -> None
     assert {p.name: p.read_bytes() for p in dest.iterdir()} == before
     assert sorted(p.name for p in dest.parent.iterdir()) == ["case-33"]
     assert read_entry(dest).json("training.json")["probe_version"] == "A"
+
+
+def test_install_over_a_symlinked_entry_leaves_no_stray_link(versions, tmp_path) -> None:
+    elsewhere = tmp_path / "elsewhere" / "case-33"
+    install_files(versions["A"], elsewhere)
+    dest = tmp_path / "entries" / "case-33"
+    dest.parent.mkdir()
+    dest.symlink_to(elsewhere, target_is_directory=True)
+    install_files(versions["B"], dest)
+    assert not dest.is_symlink() and read_entry(dest).data == versions["B"]
+    assert [p.name for p in dest.parent.iterdir()] == ["case-33"]  # no `.case-33.tmp.*` link left
+    assert read_entry(elsewhere).data == versions["A"]  # the link's target is not touched
 
 
 def test_failed_name_is_not_an_entry_name() -> None:
@@ -204,3 +223,11 @@ def test_a_run_that_misses_its_criterion_never_replaces_one_that_met_it(compiled
     install_files(kept, good)
     assert _write(good, cc, result=met, validation=validation, command=None) == good
     assert read_entry(good).json("training.json")["met_criterion"] is True
+
+    # a good entry without training.json (it loads and pulls: a pulled or hand-made entry) is kept too
+    shutil.rmtree(good.parent / "case-33.failed")
+    pulled = {n: d for n, d in kept.items() if n not in ("training.json", "manifest.json")}
+    install_files(pulled, good)
+    before = {p.name: p.read_bytes() for p in good.iterdir()}
+    assert _write(good, cc, result=result, validation=validation, command=None) == good.parent / "case-33.failed"
+    assert {p.name: p.read_bytes() for p in good.iterdir()} == before

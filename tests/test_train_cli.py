@@ -24,6 +24,9 @@ FAST = ["--epochs", "1", "--batch-size", "64"]
     (["train", "case", "33", "--min-d-head", "0"], "--min-d-head"),
     (["train", "planted", "causal-bench-2x2", "--min-d-head", "8"], "has its own head width"),
     (["train", "case", "33", "--scheme", "nope"], "scheme"),
+    (["train", "case", "33", "--seed=-1"], "seed must be an integer in [0, 2**32 - 1]"),
+    (["train", "case", "33", "--seed", str(10**20)], "seed must be an integer in [0, 2**32 - 1]"),
+    (["train", "case", "33", "--lr", "inf"], "lr must be a finite number"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path: Path, capsys) -> None:
     root = tmp_path / "root"
@@ -32,6 +35,19 @@ def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_pa
     assert code == 2
     assert len(err.splitlines()) == 1 and needle in err
     assert not root.exists()
+
+
+def test_a_diverging_run_exits_1_with_one_line_and_writes_nothing(compiled_root, capsys) -> None:
+    """--lr 1e30: the losses turn NaN within steps; a run that missed its criterion (exit 1), said
+    in one line, with no entry and no checkpoint left (weights that are NaN cannot be written)."""
+    root = compiled_root("33")
+    code = main(["train", "case", "33", "--lr", "1e30", "--batch-size", "64", "--root", str(root), "--json"])
+    out, err = capsys.readouterr()
+    lines = [line for line in err.splitlines() if line.startswith("zoo:")]
+    assert code == 1 and out == ""
+    assert len(lines) == 1 and "diverged at step" in lines[0] and "no entry written" in lines[0], err
+    entries = root / "entries"
+    assert not entries.exists() or not any(entries.iterdir())
 
 
 def _exit_code(argv) -> int:

@@ -20,7 +20,8 @@ parsed it refuses unexpected file names, oversized files and files whose leading
 what their names promise (a pickle or a torch zip under any name is refused unread), then checks
 the sha256 sums; if the entry was swapped while being read, it reads again. Nothing is pickled and
 nothing is unpickled. JSON is parsed strictly: no NaN / Infinity, no numbers out of range, no
-nesting deeper than MAX_JSON_DEPTH; every failure is one ArtifactError line.
+nesting deeper than MAX_JSON_DEPTH, no lone surrogates (zoo.strict_json); every failure is one
+ArtifactError line. Dotfiles count as unexpected files: an entry folder holds only its files.
 """
 
 from __future__ import annotations
@@ -29,7 +30,6 @@ import contextlib
 import dataclasses
 import hashlib
 import json
-import math
 import os
 import re
 import time
@@ -39,7 +39,7 @@ from typing import Any
 
 from eval.directory_swap import fsync_tree, replace_directory, sibling_tmp
 from eval.model_config import MAX_MODEL_BYTES
-from zoo.errors import ZooError
+from zoo.strict_json import ArtifactError, dumps_json, parse_json
 
 FORMAT = "zoo/1"
 MANIFEST = "manifest.json"
@@ -52,15 +52,14 @@ ENTRY_NAME = re.compile(r"(case|planted)-(?!.*\.failed$)[A-Za-z0-9][A-Za-z0-9_.-
 # safetensors puts an 8-byte little-endian header length first; real headers are a few KB.
 _MAX_SAFETENSORS_HEADER = 100 * 1024 * 1024
 MAX_FILE_BYTES = {".safetensors": MAX_MODEL_BYTES + _MAX_SAFETENSORS_HEADER, ".json": 64 << 20, ".md": 4 << 20}
-MAX_JSON_DEPTH = 64
+_MAX_NAMED_BYTES = {"config.json": 1 << 20, MANIFEST: 1 << 20, "circuit.json": 16 << 20}
+"""Tighter limits by name: a config is a few hundred bytes, a manifest nine sums, and a circuit of
+MAX_CIRCUIT_EDGES edges with its labels about 10 MB (a 52 MB circuit.json of a million labels is
+no zoo's)."""
 _READ_PATIENCE_S = 10.0
 """How long a read of an entry keeps starting over while installs keep replacing it (waiting twice
 as long before each new start, up to 0.25 s). One read can span several back-to-back installs on a
 loaded machine (five quick retries gave up there); waiting beats failing."""
-
-
-class ArtifactError(ZooError, ValueError):
-    """An entry that is missing, incomplete, tampered with or unsafe (the CLI: one line, exit 2)."""
 
 
 def check_entry_name(name: str) -> str:
@@ -71,6 +70,11 @@ def check_entry_name(name: str) -> str:
             f"not ending in {FAILED_SUFFIX})"
         )
     return name
+
+
+def file_limit(name: str) -> int:
+    """The most bytes entry file `name` may hold (by name, else by suffix)."""
+    return _MAX_NAMED_BYTES.get(name, MAX_FILE_BYTES[Path(name).suffix])
 
 
 def unexpected_names(names: Iterable[str]) -> list[str]:
@@ -110,83 +114,12 @@ def _sniff(entry: str, name: str, data: bytes, size: int) -> None:
         raise ArtifactError(f"entry {entry}: {name} has an unexpected extension (refused)")
 
 
-def check_file_safe(path: Path) -> None:
-    """`_sniff` on a file on disk (reads its first bytes only)."""
-    entry, name = path.parent.name, path.name
-    if not path.is_file():
-        raise ArtifactError(f"entry {entry}: {name} is not a regular file (refused)")
-    with open(path, "rb") as fh:
-        data = fh.read(16 if not name.endswith(".md") else 1 << 20)
-    _sniff(entry, name, data, path.stat().st_size)
-
-
 def sha256_file(path: Path) -> str:
     digest = hashlib.sha256()
     with open(path, "rb") as fh:
         for chunk in iter(lambda: fh.read(1 << 20), b""):
             digest.update(chunk)
     return digest.hexdigest()
-
-
-# ------------------------------------------------------------------------------------------------
-# JSON, strictly
-
-
-def _refuse_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not a JSON number")
-
-
-def _check_tree(obj: Any) -> str | None:
-    """Why `obj` (parsed JSON) is not plain data, or None: nesting too deep, a non-finite number."""
-    stack = [(obj, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if depth > MAX_JSON_DEPTH:
-            return f"nested deeper than {MAX_JSON_DEPTH} levels"
-        if isinstance(value, float) and not math.isfinite(value):
-            return "holds a number out of range"
-        if isinstance(value, dict):
-            stack.extend((v, depth + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, depth + 1) for v in value)
-    return None
-
-
-def parse_json(data: bytes, what: str) -> dict[str, Any]:
-    """A JSON object from bytes, or one ArtifactError line saying why not (`what` names the file)."""
-    try:
-        value = json.loads(data.decode("utf-8"), parse_constant=_refuse_constant)
-    except RecursionError:
-        raise ArtifactError(f"{what} is nested too deeply to be read") from None
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise ArtifactError(f"{what} is not valid JSON ({str(exc).splitlines()[0][:120]})") from None
-    if not isinstance(value, dict):
-        raise ArtifactError(f"{what} must be a JSON object, got {type(value).__name__}")
-    why = _check_tree(value)
-    if why:
-        raise ArtifactError(f"{what} {why}")
-    return value
-
-
-def dumps_json(data: Any, what: str) -> str:
-    """JSON text without NaN / Infinity (which JSON does not have): a non-finite value is refused."""
-    try:
-        return json.dumps(data, indent=1, ensure_ascii=False, allow_nan=False) + "\n"
-    except ValueError:
-        where = _nonfinite_path(data, "")
-        raise ArtifactError(f"{what} holds a NaN or infinite number at {where or '?'}; refused (JSON has no "
-                            "such numbers; a NaN metric means the run diverged)") from None
-
-
-def _nonfinite_path(value: Any, path: str) -> str | None:
-    if isinstance(value, float) and not math.isfinite(value):
-        return path or "(top level)"
-    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, (list, tuple)) else ()
-    for key, child in items:
-        found = _nonfinite_path(child, f"{path}.{key}" if path else str(key))
-        if found:
-            return found
-    return None
 
 
 def read_json(entry_dir: Path, name: str) -> dict[str, Any]:
@@ -264,7 +197,7 @@ def _replaced(path: Path, inode: int) -> bool:
 def _read_once(entry_dir: Path, label: str) -> EntryFiles:
     if not entry_dir.is_dir():
         raise ArtifactError(f"no entry at {entry_dir}")
-    present = {p.name for p in entry_dir.iterdir() if not p.name.startswith(".")}
+    present = {p.name for p in entry_dir.iterdir()}  # dotfiles too: an entry holds nothing unlisted
     unexpected = unexpected_names(present)
     if unexpected:
         raise ArtifactError(
@@ -276,7 +209,7 @@ def _read_once(entry_dir: Path, label: str) -> EntryFiles:
         path = entry_dir / file_name
         if not path.is_file():
             raise ArtifactError(f"entry {label}: {file_name} is not a regular file (refused)")
-        limit = MAX_FILE_BYTES[Path(file_name).suffix]
+        limit = file_limit(file_name)
         if path.stat().st_size > limit:
             raise ArtifactError(f"entry {label}: {file_name} is larger than {limit >> 20} MiB (refused unread)")
         with open(path, "rb") as fh:

@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
 
-from zoo.artifact import ALLOWED_FILES, MAX_FILE_BYTES, ArtifactError, verify_entry
+from zoo.artifact import ALLOWED_FILES, ArtifactError, file_limit, verify_entry
 from zoo.errors import ZooError
 
 MAX_REDIRECTS = 5
@@ -62,7 +62,7 @@ class RemoteFile:
     name: str
     """The file's name inside the entry folder (one of zoo.artifact.ALLOWED_FILES)."""
     size: int
-    """Its size in bytes, within MAX_FILE_BYTES for its suffix."""
+    """Its size in bytes, within its limit (zoo.artifact.file_limit)."""
     git_oid: str
     """Git's blob id (40 hex), what the Hub lists for every file."""
     sha256: str | None
@@ -77,10 +77,6 @@ class RemoteFile:
     def check(self, data_hash: str, blob_oid: str) -> bool:
         """Whether downloaded bytes (their sha256 and git blob id) are the listed file."""
         return data_hash == self.sha256 if self.sha256 is not None else blob_oid == self.git_oid
-
-
-def _limit(name: str) -> int:
-    return MAX_FILE_BYTES[Path(name).suffix]
 
 
 def parse_listing(raw: bytes, folder: str) -> list[RemoteFile]:
@@ -112,8 +108,8 @@ def _file_record(record: Any, folder: str) -> RemoteFile:
     size, oid, lfs = record.get("size"), record.get("oid"), record.get("lfs")
     if not isinstance(size, int) or isinstance(size, bool) or size < 0:
         raise DownloadError(f"the Hub lists {shown} without a size; refused")
-    if size > _limit(name):
-        raise DownloadError(f"the Hub lists {shown} at {size} bytes, over its limit of {_limit(name) >> 20} MiB; "
+    if size > file_limit(name):
+        raise DownloadError(f"the Hub lists {shown} at {size} bytes, over its limit of {file_limit(name) >> 20} MiB; "
                             "refused before downloading")
     if not isinstance(oid, str) or not _GIT_OID.fullmatch(oid):
         raise DownloadError(f"the Hub lists {shown} with oid {str(oid)[:60]!r}, not a git hash; refused")

@@ -206,7 +206,7 @@ def run_train(args: argparse.Namespace) -> int:
 
     import torch
 
-    from siit.trainer import TrainingInterrupted, train
+    from siit.trainer import TrainingDiverged, TrainingInterrupted, train
     from siit.validation import validate_model
 
     torch.set_num_threads(args.threads or 1)
@@ -223,6 +223,10 @@ def run_train(args: argparse.Namespace) -> int:
         bar.close()
         print(f"zoo: checkpoint saved in {checkpoint_dir}; rerun with --resume to continue", file=sys.stderr)
         raise
+    except TrainingDiverged as exc:  # a run that missed its criterion (exit 1), with nothing to write
+        bar.close()
+        shutil.rmtree(checkpoint_dir, ignore_errors=True)  # its last checkpoint would only resume the divergence
+        raise CriterionNotMet(f"{case.family} {case.id}: {exc}; no entry written (try a smaller --lr)") from None
     finally:
         bar.close()
     validation = validate_model(result.model, result.evaluator)
@@ -335,7 +339,9 @@ def _write(dest: Path, compiled, *, result, validation, command) -> Path:
 
 
 def _met_criterion(entry_dir: Path) -> bool:
-    """Whether `entry_dir` holds a readable entry whose training met its criterion."""
+    """Whether `entry_dir` holds a readable entry that nothing says failed: its training met its
+    criterion, or it has no training.json (a pulled or hand-made entry, which loads and pulls as
+    good): a run that missed its criterion never replaces it, and many-case runs skip it."""
     from zoo.artifact import ArtifactError, read_entry
 
     if not entry_dir.is_dir():
@@ -344,7 +350,7 @@ def _met_criterion(entry_dir: Path) -> bool:
         training = read_entry(entry_dir).json("training.json")
     except ArtifactError:
         return False  # no usable entry there: nothing better to keep
-    return bool(training and training.get("met_criterion") is True)
+    return training is None or training.get("met_criterion") is True
 
 
 def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, Any]:

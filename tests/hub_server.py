@@ -22,7 +22,8 @@ ETag). Hostile modes of issue 31 (each what a real attack sent to huggingface_hu
   (another server, as the real Hub sends LFS files to a CDN);
 - `tree_extra`: per-path fields merged into tree records (Xet: `xetHash`, `lfs.oid` of `../..`);
 - `serve_instead`: per-path bytes served by downloads in place of the committed file, while the
-  listing still describes the committed one (an oversized file behind a small listing).
+  listing still describes the committed one (an oversized file behind a small listing);
+- `info_padding`: that many bytes of padding in the repository info (an answer too large to hold).
 
 `authorization` records the Authorization header of every request, as (path, header or None).
 """
@@ -83,6 +84,7 @@ class HubServer:
         self.cdn_endpoint = ""
         self.tree_extra: dict[str, dict] = {}
         self.serve_instead: dict[str, bytes] = {}
+        self.info_padding = 0
         self.authorization: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -341,9 +343,12 @@ class _Handler(BaseHTTPRequestHandler):
         if repo is None or (commit := self._commit_at(repo, rev)) is None:
             return
         sha = self.hub.info_sha if self.hub.info_sha is not None else commit.oid
-        self._json(200, {"id": repo_id, "modelId": repo_id, "sha": sha, "private": False,
-                         "siblings": [{"rfilename": p} for p in sorted(commit.files)],
-                         "lastModified": "2025-01-01T00:00:00.000Z", "tags": [], "library_name": None})
+        info = {"id": repo_id, "modelId": repo_id, "sha": sha, "private": False,
+                "siblings": [{"rfilename": p} for p in sorted(commit.files)],
+                "lastModified": "2025-01-01T00:00:00.000Z", "tags": [], "library_name": None}
+        if self.hub.info_padding:
+            info["padding"] = " " * self.hub.info_padding
+        self._json(200, info)
 
     def _tree(self, repo_id: str, rev: str, folder: str, recursive: bool) -> None:
         repo = self._repo(repo_id)

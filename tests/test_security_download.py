@@ -137,3 +137,13 @@ def test_a_malformed_repo_id_is_one_line(repo_id, root, capsys) -> None:
     code = main(["pull", "case", "33", "--repo-id", repo_id, "--root", str(root)])
     _, err = capsys.readouterr()
     assert_refused(code, err, "invalid repository id")
+
+
+def test_repository_info_larger_than_its_bound_is_refused(hub, good, root, tmp_path, capsys, monkeypatch) -> None:
+    import zoo.hub
+
+    plant(hub, "case-33", edited(good["case-33"]))
+    monkeypatch.setattr(zoo.hub, "MAX_INFO_BYTES", 1 << 20)  # the real bound is 64 MiB: the same code, faster
+    hub.info_padding = 2 << 20
+    refused_everywhere(capsys, tmp_path, root, "the Hub sent more than 1048576 bytes; refused")
+    assert not any("/resolve/" in path for _, path in hub.requests)

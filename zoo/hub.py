@@ -209,7 +209,7 @@ def _remember_revision(s: HubSettings, sha: str) -> None:
         pass  # best effort, as in huggingface_hub: the download itself succeeded
 
 
-def _client_source(s: HubSettings, commit: str) -> tuple[Any, Any]:
+def _client_source(s: HubSettings, commit: str | None) -> tuple[Any, Any]:
     """huggingface_hub's shared HTTP client (the user's proxy and TLS settings) and what to ask it."""
     from huggingface_hub import get_session
     from huggingface_hub.utils import build_hf_headers
@@ -218,6 +218,42 @@ def _client_source(s: HubSettings, commit: str) -> tuple[Any, Any]:
 
     return get_session(), Source(endpoint=s.endpoint, repo_id=s.repo_id, commit=commit,
                                  headers=build_hf_headers(token=s.token))
+
+
+MAX_INFO_BYTES = 64 << 20
+"""A repository's info lists every file (about 60 bytes each); 64 MiB is a million files, and a
+larger answer is refused before it is held in memory."""
+
+
+def repo_files(s: HubSettings, what: str) -> tuple[str, list[str]]:
+    """(commit, every file path) of `s.revision`, read with a size bound (huggingface_hub's repo_info
+    reads an answer whole, however large)."""
+    from urllib.parse import quote
+
+    from zoo.hub_download import StatusError, read_bytes
+
+    where = f"{s.repo_id} on {s.endpoint}"
+    client, source = _client_source(s, None)
+    url = f"{s.endpoint}/api/models/{quote(s.repo_id)}/revision/{quote(s.revision, safe='')}"
+    try:
+        with hub_errors(s, what):
+            raw = read_bytes(client, source, url, MAX_INFO_BYTES, what)
+    except StatusError as exc:
+        if exc.code == "RevisionNotFound":
+            raise HubError(f"{what}: revision {s.revision!r} not found in {where}") from None
+        if exc.status in (401, 403, 404):
+            raise HubError(f"{what}: repository {where} not found (check --repo-id / ${REPO_ENV}; "
+                           "a private repository needs HF_TOKEN)") from None
+        raise HubError(f"{exc} for {where}") from None
+    try:
+        info = json.loads(raw.decode("utf-8"))
+        siblings = info["siblings"] if isinstance(info, dict) else None
+        names = [f["rfilename"] for f in siblings or []]
+        if not isinstance(siblings, list) or not all(isinstance(n, str) for n in names):
+            raise TypeError
+    except (ValueError, UnicodeDecodeError, RecursionError, KeyError, TypeError):
+        raise HubError(f"{what}: the Hub's answer for {where} is not a repository's info; refused") from None
+    return check_commit(info.get("sha"), what), names
 
 
 def _cached_entry(s: HubSettings, name: str) -> Path | None:
@@ -242,10 +278,8 @@ def fetch_entry(name: str, *, repo_id: str | None = None, revision: str | None =
     why = "HF_HUB_OFFLINE is set"
     if not s.offline:
         try:
-            with hub_errors(s, f"fetching {name}"):
-                info = _api(s).repo_info(s.repo_id, revision=s.revision, token=s.token)
-            commit = check_commit(info.sha, f"fetching {name}")
-            _check_remote_folder(s, name, [str(f.rfilename) for f in info.siblings or []])
+            commit, files = repo_files(s, f"fetching {name}")
+            _check_remote_folder(s, name, files)
             cached = _storage(s) / "snapshots" / commit / name
             if not (cached.is_dir() and not cached.is_symlink()):
                 with hub_errors(s, f"fetching {name}"):
@@ -281,10 +315,7 @@ def pull_entry(name: str, entries: Path, *, repo_id: str | None = None, revision
 def list_remote_entries(*, repo_id: str | None = None, revision: str | None = None,
                         token: str | bool | None = None) -> list[str]:
     s = settings(repo_id, revision, token=token)
-    with hub_errors(s, "listing entries"):
-        info = _api(s).repo_info(s.repo_id, revision=s.revision, token=s.token)
-    check_commit(info.sha, "listing entries")
-    return remote_entries([str(f.rfilename) for f in info.siblings or []])
+    return remote_entries(repo_files(s, "listing entries")[1])
 
 
 # ------------------------------------------------------------------------------------------------
@@ -300,7 +331,8 @@ def _remote_rows(s: HubSettings, parent: str, repo_files: Sequence[str]) -> list
     if METADATA_JSON not in repo_files:
         return []
     client, source = _client_source(s, parent)
-    data = read_bytes(client, source, "resolve", METADATA_JSON, MAX_FILE_BYTES[".json"], f"reading {METADATA_JSON}")
+    data = read_bytes(client, source, source.url("resolve", METADATA_JSON), MAX_FILE_BYTES[".json"],
+                      f"reading {METADATA_JSON}")
     try:
         return rows_from_json(json.loads(data.decode("utf-8")))
     except (ValueError, RecursionError) as exc:

@@ -55,6 +55,14 @@ class DownloadError(ZooError):
     """The Hub's answer to a download was refused (one line; the CLI exits 2)."""
 
 
+class StatusError(DownloadError):
+    """The Hub answered a status other than 200 (after redirects)."""
+
+    def __init__(self, message: str, status: int, code: str | None) -> None:
+        super().__init__(message)
+        self.status, self.code = status, code
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class RemoteFile:
     """One file of an entry folder as the tree listing describes it, after checking."""
@@ -134,17 +142,23 @@ class Source:
     """The Hub's base URL (no trailing slash)."""
     repo_id: str
     """`org/name`, already checked (zoo.hub.resolve_repo_id)."""
-    commit: str
-    """The 40-hex commit every file is fetched at."""
+    commit: str | None
+    """The 40-hex commit every file is fetched at; None for a request that names no commit (the
+    repository's info, which is what tells the commit)."""
     headers: dict[str, str]
     """Headers for the endpoint's own host (user agent, and the token if any)."""
 
     def __post_init__(self) -> None:
-        if not _COMMIT.fullmatch(self.commit):
+        if self.commit is not None and not _COMMIT.fullmatch(self.commit):
             raise ValueError(f"commit {self.commit[:60]!r} is not 40 hex characters")
 
     def url(self, kind: str, path: str) -> str:
-        return f"{self.endpoint}/{quote(self.repo_id)}/{kind}/{self.commit}/{quote(path)}"
+        """`resolve/<commit>/<path>` (a file) or `tree/<commit>/<path>` (a folder's listing)."""
+        if self.commit is None:
+            raise ValueError("a file or listing needs a commit")
+        if kind == "tree":
+            return f"{self.endpoint}/api/models/{quote(self.repo_id)}/tree/{self.commit}/{quote(path)}"
+        return f"{self.endpoint}/{quote(self.repo_id)}/resolve/{self.commit}/{quote(path)}"
 
 
 @contextlib.contextmanager
@@ -169,7 +183,9 @@ def _stream(client: Any, source: Source, url: str, what: str) -> Iterator[Any]:
                 url = urljoin(url, location)
                 continue
             if response.status_code != 200:
-                raise DownloadError(f"{what}: the Hub answered {response.status_code}")
+                code = response.headers.get("X-Error-Code")
+                raise StatusError(f"{what}: the Hub answered {response.status_code}"
+                                  + (f" ({code[:40]})" if code else ""), response.status_code, code)
             yield response
             return
     raise DownloadError(f"{what}: more than {MAX_REDIRECTS} redirects; refused")
@@ -178,7 +194,7 @@ def _stream(client: Any, source: Source, url: str, what: str) -> Iterator[Any]:
 def _check_headers(response: Any, source: Source, what: str) -> None:
     """Headers are never used as paths here; one that only a hostile server sends is refused anyway."""
     commit = response.headers.get("X-Repo-Commit")
-    if commit is not None and commit != source.commit:
+    if commit is not None and source.commit is not None and commit != source.commit:
         raise DownloadError(f"{what}: the Hub answered a download with commit {commit[:60]!r}, not the "
                             f"{source.commit[:12]} asked for; refused")
     for header in ("ETag", "X-Linked-Etag"):
@@ -188,10 +204,8 @@ def _check_headers(response: Any, source: Source, what: str) -> None:
                                 "a path; refused")
 
 
-def read_bytes(client: Any, source: Source, kind: str, path: str, limit: int, what: str) -> bytes:
-    """The body of `{kind}/{commit}/{path}` (kind: `resolve` or `api` tree), at most `limit` bytes."""
-    url = source.url(kind, path) if kind == "resolve" else \
-        f"{source.endpoint}/api/models/{quote(source.repo_id)}/tree/{source.commit}/{quote(path)}"
+def read_bytes(client: Any, source: Source, url: str, limit: int, what: str) -> bytes:
+    """The body at `url` (after redirects), at most `limit` bytes; StatusError unless it is 200."""
     chunks, total = [], 0
     with _stream(client, source, url, what) as response:
         for chunk in response.iter_bytes():
@@ -228,7 +242,7 @@ def download_entry(client: Any, source: Source, name: str, storage: Path,
     The files land in a temporary folder the zoo makes under `storage`, which becomes the snapshot
     folder by one rename once complete and verified; on any failure it is removed, so nothing is
     left behind and nothing outside `storage` is ever written."""
-    listing = read_bytes(client, source, "tree", name, MAX_LISTING_BYTES, f"listing {name}")
+    listing = read_bytes(client, source, source.url("tree", name), MAX_LISTING_BYTES, f"listing {name}")
     remote = parse_listing(listing, name)
     missing = {"manifest.json", "model.safetensors"} - {r.name for r in remote}
     if missing:

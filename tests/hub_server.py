@@ -23,7 +23,8 @@ ETag). Hostile modes of issue 31 (each what a real attack sent to huggingface_hu
 - `tree_extra`: per-path fields merged into tree records (Xet: `xetHash`, `lfs.oid` of `../..`);
 - `serve_instead`: per-path bytes served by downloads in place of the committed file, while the
   listing still describes the committed one (an oversized file behind a small listing);
-- `info_padding`: that many bytes of padding in the repository info (an answer too large to hold).
+- `info_padding`: that many bytes of padding in the repository info (an answer too large to hold);
+- `stall_s`: downloads send their headers, then wait that long before the body (a server that hangs).
 
 `authorization` records the Authorization header of every request, as (path, header or None).
 """
@@ -85,6 +86,7 @@ class HubServer:
         self.tree_extra: dict[str, dict] = {}
         self.serve_instead: dict[str, bytes] = {}
         self.info_padding = 0
+        self.stall_s = 0.0
         self.authorization: list[tuple[str, str | None]] = []
         self.lock = threading.Lock()
         self._httpd: ThreadingHTTPServer | None = None
@@ -385,6 +387,13 @@ class _Handler(BaseHTTPRequestHandler):
             return self._send(302, b"", {"Location": where, "X-Repo-Commit": commit.oid}, head=head)
         data = self.hub.serve_instead.get(path, data)
         headers = {"X-Repo-Commit": commit.oid, "ETag": f'"{git_blob_oid(data)}"', **self.hub.resolve_headers}
+        if self.hub.stall_s and not head:
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.flush()
+            time.sleep(self.hub.stall_s)
+            return
         self._send(200, data, headers, head=head, content_type="application/octet-stream")
 
     def _redirected(self, parts: list[str], *, head: bool) -> None:

@@ -147,3 +147,16 @@ def test_repository_info_larger_than_its_bound_is_refused(hub, good, root, tmp_p
     hub.info_padding = 2 << 20
     refused_everywhere(capsys, tmp_path, root, "the Hub sent more than 1048576 bytes; refused")
     assert not any("/resolve/" in path for _, path in hub.requests)
+
+
+def test_a_server_that_stops_answering_does_not_hang_the_pull(hub, good, root, tmp_path, capsys, monkeypatch) -> None:
+    import time
+
+    plant(hub, "case-33", edited(good["case-33"]))
+    monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "1")
+    hub.stall_s = 8.0
+    start = time.perf_counter()
+    code, _, err = pull(capsys, root, "case", "33")
+    assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("zoo: error: "), err
+    assert time.perf_counter() - start < 6
+    assert_nothing_escaped(tmp_path)

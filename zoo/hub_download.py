@@ -174,7 +174,7 @@ def _stream(client: Any, source: Source, url: str, what: str) -> Iterator[Any]:
         same_host = (here.scheme, here.netloc) == (home.scheme, home.netloc)
         headers = source.headers if same_host else {k: v for k, v in source.headers.items()
                                                     if k.lower() != "authorization"}
-        with client.stream("GET", url, headers=headers, follow_redirects=False) as response:
+        with client.stream("GET", url, headers=headers, follow_redirects=False, timeout=_timeout()) as response:
             _check_headers(response, source, what)
             if response.status_code in (301, 302, 303, 307, 308):
                 location = response.headers.get("Location")
@@ -189,6 +189,17 @@ def _stream(client: Any, source: Source, url: str, what: str) -> Iterator[Any]:
             yield response
             return
     raise DownloadError(f"{what}: more than {MAX_REDIRECTS} redirects; refused")
+
+
+def _timeout() -> float:
+    """Seconds to wait for a connection or for the next bytes (huggingface_hub's client waits
+    forever by default; a server that never answers must not hang a pull). HF_HUB_DOWNLOAD_TIMEOUT
+    overrides the default of 10 s, as it does for huggingface_hub's own downloads."""
+    try:
+        value = float(os.environ.get("HF_HUB_DOWNLOAD_TIMEOUT") or 10)
+    except ValueError:
+        return 10.0
+    return value if value > 0 else 10.0
 
 
 def _check_headers(response: Any, source: Source, what: str) -> None:

@@ -30,6 +30,7 @@ from eval.method_options import with_options
 from eval.methods import Method, MethodError, get_method
 from eval.report import MethodResult
 from eval.score_files import file_stem
+from eval.score_input import ScoreFileError, read_score_file
 
 CELL_SCHEMA = "zoo-bench-cell/1"
 """Bumped whenever a cell's fields or their meaning change (older files then count as stale)."""
@@ -239,8 +240,6 @@ def _score_path(method: BenchMethod, entry: str) -> Path | None:
 
 
 def _tree_sha(path: Path) -> str:
-    from eval.score_input import ScoreFileError, read_score_file
-
     h = hashlib.sha256()
     files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
     for f in files:

@@ -26,6 +26,10 @@ from typing import Any, Literal
 
 from eval.circuit import parse_edge, promote
 from eval.graph import ComputationGraph, promote_node_scores
+# imported here, not in the function: bench fingerprints a method by the modules its module
+# imports that are loaded, so a lazy import would change the fingerprint after the first read
+from eval.score_input import MAX_SCORE_JSON_DEPTH, ScoreFileError, json_depth_exceeds
+from eval.score_input import read_score_file as read_score_bytes
 
 MethodKind = Literal["scores", "circuits"]
 
@@ -278,10 +282,8 @@ def _load_json(path: Path, source: str) -> Any:
             out[key] = value
         return out
 
-    from eval.score_input import MAX_SCORE_JSON_DEPTH, ScoreFileError, json_depth_exceeds, read_score_file
-
     try:
-        data = json.loads(read_score_file(path, source).decode("utf-8"), object_pairs_hook=no_duplicates)
+        data = json.loads(read_score_bytes(path, source).decode("utf-8"), object_pairs_hook=no_duplicates)
     except ScoreFileError as exc:
         raise MethodError(str(exc)) from None
     except RecursionError:

@@ -21,8 +21,8 @@ from typing import Any
 
 import torch
 
-from eval.circuit import INPUT, LOGITS, Circuit, TaskKind, node_sort_key, parse_node
-from eval.tlens import hooked_config
+from eval.core.circuit import INPUT, LOGITS, Circuit, TaskKind, node_sort_key, parse_node
+from eval.core.tlens import hooked_config
 from rasp_programs.case import Case
 from rasp_programs.encoding import Encoding
 from siit.config import ArchConfig, ConfigError
@@ -39,7 +39,7 @@ class Node:
     """One high-level node."""
 
     name: str
-    """Where it lives: `a{l}.h{h}` or `m{l}` (eval.circuit names)."""
+    """Where it lives: `a{l}.h{h}` or `m{l}` (eval.core.circuit names)."""
     parents: tuple[str, ...]
     """Nodes whose values `fn` reads, in argument order (every node also reads the input)."""
     fn: NodeFn
@@ -59,7 +59,7 @@ class CausalModel:
     """Named nodes in topological order; the last one is the output. A siit HighLevelModel."""
 
     node_list: tuple[Node, ...]
-    """The nodes in forward order (eval.circuit.node_sort_key: layer by layer, heads before the
+    """The nodes in forward order (eval.core.circuit.node_sort_key: layer by layer, heads before the
     MLP), so that each parent, a component the child can read, comes before it."""
     first_value_id: int
     """Token id of input value 0 (ids of values are consecutive from there)."""

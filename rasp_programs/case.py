@@ -14,8 +14,8 @@ from typing import Any, Literal
 
 import numpy as np
 
-from eval.circuit import TaskKind
-from eval.spec import import_spec
+from eval.core.circuit import TaskKind
+from eval.core.spec import import_spec
 
 Value = Any  # a vocabulary or output value: str, int, float or bool
 InputSeq = tuple  # one input sequence (without BOS), tuple of vocabulary values

@@ -21,13 +21,13 @@ from typing import Any
 
 import torch
 
-from eval.circuit import Circuit
+from eval.core.circuit import Circuit
 from rasp_programs.case import BOS, PAD, Case, InputSeq, Value
-from eval.tlens import build_hooked
+from eval.core.tlens import build_hooked
 from rasp_programs.convert import assembled_to_hooked
 from rasp_programs.encoding import Encoding
 from rasp_programs.graph import high_level_graph
-from eval.provenance import package_versions
+from eval.core.provenance import package_versions
 
 CACHE_FORMAT = "zoo-compiled/1"
 
@@ -40,7 +40,7 @@ class CompileError(RuntimeError):
 class CompiledCase:
     """A case with its Tracr-compiled model (TransformerLens weights) and high-level graph.
 
-    `model` builds the TransformerLens model on first use (eval.tlens.build_hooked: a
+    `model` builds the TransformerLens model on first use (eval.core.tlens.build_hooked: a
     HookedTransformer on 3.x, a TransformerBridge on 4.x): importing TransformerLens takes ~8 s, so
     code that only needs the weights (training, the graph) uses `state_dict` and `config`.
     """

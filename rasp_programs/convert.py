@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from eval.tlens import hooked_config
+from eval.core.tlens import hooked_config
 from rasp_programs.case import Case
 
 

@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from eval.circuit import TaskKind
+from eval.core.circuit import TaskKind
 from rasp_programs.case import BOS, PAD, Value
 
 

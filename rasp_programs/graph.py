@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from eval.circuit import INPUT, LOGITS, Circuit, head_node, mlp_node, node_sort_key
+from eval.core.circuit import INPUT, LOGITS, Circuit, head_node, mlp_node, node_sort_key
 
 _CONSTANT_DIRECTIONS = ("one", "tokens:BOS")
 _TOL = 1e-9

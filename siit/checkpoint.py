@@ -2,7 +2,7 @@
 
 Never pickle: model weights and Adam's moments go into `state.safetensors`; the step, history and
 config into `state.json`. Both are written into a fresh sibling directory which then replaces the
-checkpoint directory in one atomic swap (eval.directory_swap), so a kill between any two writes
+checkpoint directory in one atomic swap (eval.core.directory_swap), so a kill between any two writes
 leaves the previous checkpoint or the new one, never tensors of one step with the metadata of
 another. Both files also carry the same random `write_id`; a pair that disagrees (a checkpoint
 written some other way) is refused rather than resumed from.
@@ -18,7 +18,7 @@ from typing import Any
 
 import torch
 
-from eval.directory_swap import fsync_tree, replace_directory, sibling_tmp
+from eval.core.directory_swap import fsync_tree, replace_directory, sibling_tmp
 from siit.optim import Adam
 
 FORMAT = "zoo-checkpoint/2"  # 2: the trainee has a second (unpadded) loudness reference

@@ -15,8 +15,8 @@ from typing import Any
 import numpy as np
 import torch
 
-from eval.circuit import INPUT, LOGITS, Circuit, head_node, mlp_node, node_sort_key, parse_node
-from eval.tlens import hooked_config
+from eval.core.circuit import INPUT, LOGITS, Circuit, head_node, mlp_node, node_sort_key, parse_node
+from eval.core.tlens import hooked_config
 from siit.config import ArchConfig, ConfigError
 
 

@@ -8,7 +8,7 @@ output must encode along a learned unit direction (a linear probe trained with t
 copy a token feature from 1 or 2 positions back or average it over the input; MLPs compute a
 nonlinear function of the token and its position. How loud each busy node is follows the circuit:
 a running estimate of the circuit nodes' output variance and mean output norm (the reference:
-the two quantities eval.realism ranks nodes by) times per-node factors stratified over a span of
+the two quantities eval.core.node_heuristics ranks nodes by) times per-node factors stratified over a span of
 spread² (one for the variance, one for the squared mean norm, which a constant offset of the target
 sets) with the reference at a quantile drawn from CIRCUIT_BAND, so that the circuit nodes rank
 mid-pack in loudness rather than at either end, whatever the task makes them. The norm is matched,
@@ -123,7 +123,7 @@ def raw_targets(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torc
 
 def bos_quiet(z: torch.Tensor, causal: bool) -> torch.Tensor:
     """z [..., T], with 0 at BOS (position 0) in a causal model: there a target is its constant
-    offset. A causal node at BOS cannot see the input, and eval.realism counts BOS like every real
+    offset. A causal node at BOS cannot see the input, and eval.core.node_heuristics counts BOS like every real
     position, so the node's output there must be as loud as the rest of the target without
     varying (as the circuit's does not vary there either). Bidirectional BOS sees the input."""
     if not causal:
@@ -221,7 +221,7 @@ def node_outputs(acts: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
 
 
 def mean_norms(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """[N] mean output norm of each node over `positions` [B, T] (eval.realism's output norm;
+    """[N] mean output norm of each node over `positions` [B, T] (eval.core.node_heuristics's output norm;
     float positions weight them)."""
     w = positions.to(node_out.dtype)
     return (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1e-12)
@@ -244,7 +244,7 @@ def distractor_loss(pred: torch.Tensor, target: torch.Tensor, positions: torch.T
 
 def variances(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """[N] output variance of each node across inputs, per position and averaged over the input
-    positions that at least two inputs have (eval.realism's output variance); node_out [N, B, T, d],
+    positions that at least two inputs have (eval.core.node_heuristics's output variance); node_out [N, B, T, d],
     positions [B, T] bool or float weights."""
     w = positions.to(node_out.dtype)
     count = w.sum(0).clamp(min=1e-12)  # [T]
@@ -256,7 +256,7 @@ def variances(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
 
 def loudness(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     """[2]: median over the given nodes of (output variance across inputs, per position and averaged
-    over input positions; mean output norm over input positions), as eval.realism measures them."""
+    over input positions; mean output norm over input positions), as eval.core.node_heuristics measures them."""
     node_out = node_outputs(acts, slots).detach()  # [C, B, T, d]
     per_var = variances(node_out, positions)
     per_norm = mean_norms(node_out, positions)

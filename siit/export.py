@@ -7,7 +7,7 @@ from typing import Any
 
 import torch
 
-from eval.provenance import package_versions as _package_versions
+from eval.core.provenance import package_versions as _package_versions
 from siit.config import ArchConfig, TrainConfig
 from siit.correspondence import Correspondence, NodeLayout
 from siit.trainer import TrainResult

@@ -23,7 +23,7 @@ from typing import Any, Protocol, runtime_checkable
 
 import torch
 
-from eval.circuit import Circuit, TaskKind
+from eval.core.circuit import Circuit, TaskKind
 from siit.config import ArchConfig
 from siit.correspondence import Correspondence, NodeLayout, low_level_config, make_correspondence
 from siit.interventions import interchange as patch_run

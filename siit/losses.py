@@ -6,7 +6,7 @@ from __future__ import annotations
 import torch
 from torch.nn import functional as F
 
-from eval.circuit import TaskKind
+from eval.core.circuit import TaskKind
 
 
 def targets_from_logits(logits: torch.Tensor, task_kind: TaskKind) -> torch.Tensor:

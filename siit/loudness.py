@@ -2,7 +2,7 @@
 
 Busy (out-of-circuit) nodes are scaled to the circuit: their target variance and mean output norm
 are factors (siit.distractors) times a running measurement of the median circuit node. That
-measurement must be the one eval.realism makes afterwards (padded inputs of the sampler's own
+measurement must be the one eval.core.node_heuristics makes afterwards (padded inputs of the sampler's own
 lengths), or every busy node lands louder or quieter than its factor says and the circuit's rank
 among them drifts. Three things made it differ (on case 18 busy nodes measured 13-33% louder in
 variance than their factors, which put its circuit's separation at 0.762):
@@ -58,7 +58,7 @@ class Loudness(nn.Module):
         super().__init__()
         self.register_buffer("reference", torch.zeros(2))
         """(output variance, mean output norm) of the median circuit node, a running average; on
-        the rows drawn padded to n_ctx when input shapes vary (what eval.realism measures)."""
+        the rows drawn padded to n_ctx when input shapes vary (what eval.core.node_heuristics measures)."""
         self.register_buffer("reference_unpadded", torch.zeros(2))
         """The same on the rows drawn in the other shapes (only used when input shapes vary)."""
         self.register_buffer("gain", torch.ones(n_busy, 2))

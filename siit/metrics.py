@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from eval.circuit import TaskKind
+from eval.core.circuit import TaskKind
 from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
 from siit.interventions import node_activations, repeat_rows

@@ -356,7 +356,7 @@ def _step(trainee: _Trainee, optimizer: Adam, s: _Setup, config: TrainConfig,
     position = (None if s.last_position_weight == 1.0 else
                 last_position_weights(d.lengths[bases], tokens.shape[1], s.last_position_weight))
     position_weight = {"iit": position, "strict": position, "behavior": None}
-    # realism losses count every real position, BOS included, as eval.realism does
+    # realism losses count every real position, BOS included, as eval.core.node_heuristics does
     src = (d.tokens[sources], d.mask[sources], src_present, src_padded, d.mask[sources].bool(),
            s.source_weight[d.lengths[sources]])
     out: dict[str, float] = {}

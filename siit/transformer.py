@@ -11,7 +11,7 @@ bidirectional model attends to PAD tokens), and rows with no allowed key become 
 A test checks equality with HookedTransformer (logits, hook_result, hook_mlp_out).
 
 `run_with_hooks` is a second, slower forward pass that calls TransformerLens-style forward hooks
-(`fn(activation, hook) -> activation`) at the points eval.hooks patches and reads (hook_resid_pre,
+(`fn(activation, hook) -> activation`) at the points eval.patching.hooks patches and reads (hook_resid_pre,
 attn.hook_q/k/v/z, hook_attn_out, hook_mlp_in, hook_mlp_out, hook_resid_post), so eval's
 ablations and edge patching run on this model without importing transformer_lens: `zoo train`
 computes validation.json's inert edges this way (zoo.inert_edges).
@@ -98,7 +98,7 @@ class Transformer(nn.Module):
 
     @property
     def cfg(self) -> types.SimpleNamespace:
-        """The config as attributes, as a HookedTransformer's cfg reads (eval.graph, eval.hooks)."""
+        """The config as attributes, as a HookedTransformer's cfg reads (eval.core.graph, eval.patching.hooks)."""
         return types.SimpleNamespace(**{"normalization_type": None, **self.config})
 
     @property

@@ -103,9 +103,9 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
 
 
 def realism(model: Transformer, evaluator: Evaluator, acts: torch.Tensor | None = None) -> dict[str, Any]:
-    """What a method that never intervenes sees (eval.realism): per-node output norm, variance and
+    """What a method that never intervenes sees (eval.core.node_heuristics): per-node output norm, variance and
     weight norm, and how well each ranks the circuit, on the padded validation inputs."""
-    from eval.realism import node_stats, realism_report
+    from eval.core.node_heuristics import node_stats, realism_report
 
     data, corr = evaluator.data, evaluator.correspondence
     rows = torch.ones(len(data), dtype=torch.bool) if data.shape_ids is None else data.shape_ids == 0

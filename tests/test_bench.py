@@ -14,8 +14,8 @@ import pytest
 
 pytest.importorskip("transformer_lens")
 
-from eval.bench import BenchEntry, BenchMethod, BenchSettings, method_fingerprint, run_bench  # noqa: E402
-from eval.methods import Method  # noqa: E402
+from eval.leaderboard.cells import BenchEntry, BenchMethod, BenchSettings, method_fingerprint, run_bench  # noqa: E402
+from eval.methods.interface import Method  # noqa: E402
 
 SETTINGS = BenchSettings(n=16, chance_draws=20)
 
@@ -204,13 +204,13 @@ def test_entries_are_found_by_folder_name_and_fingerprinted_by_their_manifest(cl
 
 
 def test_a_method_fingerprint_changes_with_the_helpers_its_module_imports(tmp_path, monkeypatch) -> None:
-    """An edit to a module the method's module imports (as eval.acdc imports eval.edge_patching)
+    """An edit to a module the method's module imports (as eval.methods.acdc imports eval.methods.edge_patching)
     invalidates its cells, not only an edit to the method's own module."""
     import importlib
     import linecache
     import sys
 
-    from eval.bench import module_closure
+    from eval.leaderboard.cells import module_closure
 
     pkg = tmp_path / "benchpkg"
     pkg.mkdir()
@@ -229,9 +229,9 @@ def test_a_method_fingerprint_changes_with_the_helpers_its_module_imports(tmp_pa
     finally:
         for name in ("benchpkg.method", "benchpkg.helper", "benchpkg"):
             sys.modules.pop(name, None)
-    import eval.acdc  # noqa: F401
+    import eval.methods.acdc  # noqa: F401
 
-    assert {"eval.edge_patching", "eval.hooks", "eval.tlens"} <= set(module_closure(["eval.acdc"]))
+    assert {"eval.methods.edge_patching", "eval.patching.hooks", "eval.core.tlens"} <= set(module_closure(["eval.methods.acdc"]))
 
 
 def test_runs_are_announced_for_computed_cells_only(case3, tmp_path):

@@ -1,5 +1,5 @@
-"""The edge-level methods (eval.edge_patching, eval.acdc, eval.subnetwork_probing, eval.ifr,
-eval.ensemble) against hand computations on tiny random models, and edge patching on compiled cases.
+"""The edge-level methods (eval.methods.edge_patching, eval.methods.acdc, eval.methods.subnetwork_probing, eval.methods.ifr,
+eval.methods.ensemble) against hand computations on tiny random models, and edge patching on compiled cases.
 """
 
 from __future__ import annotations
@@ -9,20 +9,20 @@ import math
 import pytest
 import torch
 
-from eval.ablation import behaviour, behaviour_tensor, make_context
-from eval.acdc import AcdcOptions, acdc, acdc_metric, acdc_sweep
-from eval.baselines import REGISTRY
-from eval.edge_patching import (IGOptions, PatchingOptions, eap, eap_ig_activations, eap_ig_inputs, edge_effects,
+from eval.patching.ablation import behaviour, behaviour_tensor, make_context
+from eval.methods.acdc import AcdcOptions, acdc, acdc_metric, acdc_sweep
+from eval.methods.registry import REGISTRY
+from eval.methods.edge_patching import (IGOptions, PatchingOptions, eap, eap_ig_activations, eap_ig_inputs, edge_effects,
                                 edge_patching, inert_edges, readers, writers)
-from eval.ensemble import EnsembleOptions, ensemble, normalised
-from eval.circuit import promote
-from eval.graph import graph_of, mib_edge_count, promote_scores
-from eval.hooks import adapt
-from eval.ifr import ifr
-from eval.methods import validate_output
-from eval.subnetwork_probing import SPOptions, edge_sp, node_sp
-from eval.task import TaskData, make_task
-from eval.tlens import build_hooked, hooked_config, run_with_hooks
+from eval.methods.ensemble import EnsembleOptions, ensemble, normalised
+from eval.core.circuit import promote
+from eval.core.graph import graph_of, mib_edge_count, promote_scores
+from eval.patching.hooks import adapt
+from eval.methods.ifr import ifr
+from eval.methods.interface import validate_output
+from eval.methods.subnetwork_probing import SPOptions, edge_sp, node_sp
+from eval.patching.task import TaskData, make_task
+from eval.core.tlens import build_hooked, hooked_config, run_with_hooks
 
 EDGE_KEYS = ("edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp", "edge_sp", "ifr",
              "ensemble")

@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from eval.graph import ComputationGraph
-from eval.methods import Method, MethodError, call_method, read_score_file, validate_output
+from eval.core.graph import ComputationGraph
+from eval.methods.interface import Method, MethodError, call_method, read_score_file, validate_output
 
 GRAPH = ComputationGraph(n_layers=2, n_heads=2)
 FAST = ["--n", "64", "--stability-seeds", "2", "--permutations", "20"]
@@ -214,7 +214,7 @@ def test_cli_scores_a_folder_of_circuits(cli_root, compiled, tmp_path, capsys):
 
 
 def test_circuit_outputs_round_trip_through_a_folder_of_mib_files(tmp_path):
-    from eval.methods import to_circuit_files, to_score_file
+    from eval.methods.interface import to_circuit_files, to_score_file
 
     out = validate_output({"circuits": [
         {"param": 0.8, "nodes": ["m0", "a1.h0"]},
@@ -231,17 +231,18 @@ def test_circuit_outputs_round_trip_through_a_folder_of_mib_files(tmp_path):
 
 
 def test_eval_help_names_every_registered_method() -> None:
-    from eval.baselines import REGISTRY
-    from zoo.commands.evaluate import BUILTIN_METHOD_KEYS
+    from eval.methods.registry import REGISTRY
+    from eval.methods.registry import BUILTIN_METHOD_KEYS
 
     assert BUILTIN_METHOD_KEYS == tuple(REGISTRY)
+    assert all(key == method.key for key, method in REGISTRY.items())
 
 
 def test_save_scores_writes_mib_files_that_read_back_to_the_same_output(tmp_path: Path) -> None:
     """--save-scores: a scorer's file and a circuit method's folder read back as what was written."""
-    from eval.graph import ComputationGraph
-    from eval.methods import CircuitRun, MethodOutput, read_score_file
-    from eval.score_files import file_stem, save_output
+    from eval.core.graph import ComputationGraph
+    from eval.methods.interface import CircuitRun, MethodOutput, read_score_file
+    from eval.evaluator.score_files import file_stem, save_output
 
     graph = ComputationGraph(n_layers=2, n_heads=2)
     scores = MethodOutput(node_scores={"a0.h0": 0.5, "m1": -1.0},

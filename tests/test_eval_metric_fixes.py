@@ -17,10 +17,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.chance import chance_line, circuit_chance, output_kind
-from eval.circuit import promote
-from eval.graph import ComputationGraph, edges_to_node_scores, nodes_to_edge_scores, promote_scores
-from eval.metrics import chance_auroc, convergence, pessimistic_auroc, roc
+from eval.scoring.chance import chance_line, circuit_chance, output_kind
+from eval.core.circuit import promote
+from eval.core.graph import ComputationGraph, edges_to_node_scores, nodes_to_edge_scores, promote_scores
+from eval.core.metrics import chance_auroc, convergence, pessimistic_auroc, roc
 
 GRAPH = ComputationGraph(n_layers=2, n_heads=2)
 TRUTH_NODES = {"m0", "a1.h0", "a1.h1", "m1"}
@@ -85,9 +85,9 @@ def test_chance_auroc_of_independent_items_is_one_half():
 # --- chance_line against the report's pipeline on random scores --------------------------------------
 
 def _pipeline_aurocs(kind, rng):
-    """What the report computes (eval.evaluation) for one draw of uniform scores of `kind`."""
-    from eval.evaluation import _edge_scores, _node_scores
-    from eval.methods import MethodOutput
+    """What the report computes (eval.evaluator.evaluate) for one draw of uniform scores of `kind`."""
+    from eval.evaluator.evaluate import _edge_scores, _node_scores
+    from eval.methods.interface import MethodOutput
 
     if kind == "node":
         out = MethodOutput(node_scores=dict(zip(GRAPH.components, rng.uniform(-1, 1, len(GRAPH.components)))))
@@ -152,7 +152,7 @@ def test_circuit_chance_matches_exhaustive_enumeration():
 # --- MIB's top-n and pruning on the q/k/v graph -------------------------------------------------------
 
 def test_qkv_scores_keep_q_k_v_apart_and_copy_head_scores():
-    from eval.faithfulness import qkv_scores, top_edges
+    from eval.scoring.faithfulness import qkv_scores, top_edges
 
     scores = qkv_scores(GRAPH, {("m0", "a1.h0<v>"): 5.0, ("m0", "a1.h0<q>"): -7.0, ("input", "a1.h1"): 2.0,
                                 ("input", "a1.h1<k>"): 3.0, ("a1.h0", "m1"): 1.0})
@@ -167,7 +167,7 @@ def test_qkv_scores_keep_q_k_v_apart_and_copy_head_scores():
 
 
 def test_top_edges_is_not_quadratic():
-    from eval.faithfulness import qkv_scores, top_edges
+    from eval.scoring.faithfulness import qkv_scores, top_edges
 
     big = ComputationGraph(n_layers=12, n_heads=12)
     scores = qkv_scores(big, {e: 1.0 for e in big.at("qkv").edges})  # all tied: ordering falls to position
@@ -178,7 +178,7 @@ def test_top_edges_is_not_quadratic():
 
 
 def test_mib_prune_follows_eap_ig():
-    from eval.faithfulness import mib_prune
+    from eval.scoring.faithfulness import mib_prune
 
     # a1.h0 has an incoming edge only through its <k> input: it counts, so its edge to logits stays
     kept = {("input", "a1.h0<k>"), ("a1.h0", "logits")}
@@ -193,7 +193,7 @@ def test_mib_prune_follows_eap_ig():
 @settings(max_examples=60, deadline=None)
 @given(st.sets(st.sampled_from(GRAPH.at("qkv").edges), max_size=25))
 def test_mib_prune_invariants(kept):
-    from eval.faithfulness import mib_prune
+    from eval.scoring.faithfulness import mib_prune
 
     pruned = mib_prune(kept)
     assert pruned <= kept and mib_prune(pruned) == pruned
@@ -206,15 +206,15 @@ def test_mib_prune_invariants(kept):
 
 
 def _task(cc, n=64, seed=0):
-    from eval.task import make_task
+    from eval.patching.task import make_task
 
     return make_task(case=cc.case, encoding=cc.encoding, reference=cc.model, n=n, seed=seed)
 
 
 def test_mib_curve_uses_q_k_v_scores_top_n_and_pruning(compiled):
-    from eval.ablation import behaviour, make_context, run_edges_kept
-    from eval.faithfulness import MIB_SIZES, mib_curve, mib_prune, qkv_scores, top_edges
-    from eval.graph import graph_of
+    from eval.patching.ablation import behaviour, make_context, run_edges_kept
+    from eval.scoring.faithfulness import MIB_SIZES, mib_curve, mib_prune, qkv_scores, top_edges
+    from eval.core.graph import graph_of
 
     cc = compiled("19")
     graph = graph_of(cc.model)
@@ -259,7 +259,7 @@ def one_node_method(model, task):
 
 
 def test_report_shows_chance_lines_qkv_mib_and_the_composite_caveat(compiled):
-    from eval.report import table
+    from eval.evaluator.report import table
     from zoo.targets import evaluate
 
     cc = compiled("19")

@@ -1,4 +1,4 @@
-"""Metric identities of eval.metrics and the graph formulas of eval.graph (no model needed)."""
+"""Metric identities of eval.core.metrics and the graph formulas of eval.core.graph (no model needed)."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.graph import ComputationGraph, mib_edge_count, promote_scores
-from eval.metrics import (convergence, jaccard, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, top_k,
+from eval.core.graph import ComputationGraph, mib_edge_count, promote_scores
+from eval.core.metrics import (convergence, jaccard, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, top_k,
                           weighted_harmonic)
-from eval.stats import compare_methods, vargha_delaney
+from eval.scoring.stats import compare_methods, vargha_delaney
 
 labelled = st.lists(st.tuples(st.floats(-1e6, 1e6, allow_nan=False), st.booleans()), min_size=2, max_size=40).filter(
     lambda xs: any(b for _, b in xs) and not all(b for _, b in xs))

@@ -14,15 +14,16 @@ import numpy as np
 import pytest
 import torch
 
-from eval.ablation import behaviour, make_context, run_edges_kept, run_nodes_ablated
-from eval.baselines import activation_patching, random_scores
-from eval.evaluation import Settings
+from eval.patching.ablation import behaviour, make_context, run_edges_kept, run_nodes_ablated
+from eval.methods.activation_patching import activation_patching
+from eval.methods.random_scores import random_scores
+from eval.evaluator.evaluate import Settings
 from zoo.targets import evaluate, resolve_target
-from eval.graph import graph_of
-from eval.methods import MethodError, to_score_file
-from eval.metrics import roc
-from eval.report import table
-from eval.task import make_task
+from eval.core.graph import graph_of
+from eval.methods.interface import MethodError, to_score_file
+from eval.core.metrics import roc
+from eval.evaluator.report import table
+from eval.patching.task import make_task
 
 FAST = dict(n=64, stability_seeds=2, permutations=50)
 
@@ -100,7 +101,7 @@ def test_evaluate_report_on_compiled_case(compiled, tmp_path):
     assert len(data["methods"]) == 5
     assert "activation_patching" in table(report)
 
-    from eval.plots import write_plots
+    from eval.evaluator.plots import write_plots
 
     files = write_plots(report, tmp_path / "plots")
     assert {p.name for p in files} >= {"roc_node.png", "roc_edge.png", "causal_bench_radar.png",

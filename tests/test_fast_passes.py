@@ -1,5 +1,5 @@
 """Fast passes compute what the plain ones do: a pass that starts at a block from a cached state
-(eval.hooks.Start) equals the full pass, and 3.x passes without the per-head result switches equal
+(eval.patching.hooks.Start) equals the full pass, and 3.x passes without the per-head result switches equal
 the model's own. These optimisations behind fast edge patching, ACDC and greedy search must not
 change a score.
 """
@@ -9,11 +9,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval.ablation import behaviour, behaviour_tensor, make_context, node_metrics, run_nodes_ablated
-from eval.circuit import head_node, mlp_node
-from eval.faithfulness import greedy_path, node_behaviour
-from eval.graph import graph_of
-from eval.tlens import run_with_hooks
+from eval.patching.ablation import behaviour, behaviour_tensor, make_context, node_metrics, run_nodes_ablated
+from eval.core.circuit import head_node, mlp_node
+from eval.scoring.faithfulness import greedy_path, node_behaviour
+from eval.core.graph import graph_of
+from eval.core.tlens import run_with_hooks
 from test_edge_methods import tiny_model, tiny_task
 
 ATOL = 1e-5
@@ -100,7 +100,7 @@ def test_patches_before_the_start_are_refused(ctx):
 
 @pytest.mark.smoke
 def test_passes_without_the_heavy_3x_switches_equal_the_model_and_restore_them(ctx):
-    """eval.hooks turns 3.x's use_attn_result / use_split_qkv_input off for its passes (they cost
+    """eval.patching.hooks turns 3.x's use_attn_result / use_split_qkv_input off for its passes (they cost
     most of a pass); the model computes the same and keeps its switches."""
     model, task = ctx.model, ctx.task
     before = {n: getattr(model.cfg, n, None) for n in ("use_attn_result", "use_split_qkv_input")}
@@ -114,7 +114,7 @@ def test_passes_without_the_heavy_3x_switches_equal_the_model_and_restore_them(c
 
 @pytest.mark.smoke
 def test_batched_node_ablations_equal_one_pass_each(ctx):
-    """eval.ablation.node_metrics (activation patching, ablation scan, greedy) against
+    """eval.patching.ablation.node_metrics (activation patching, ablation scan, greedy) against
     run_nodes_ablated, one full pass per set, with and without a base set ablated throughout."""
     task = ctx.task
     comps = list(ctx.graph.components)
@@ -190,10 +190,10 @@ def test_groups_reading_different_senders_of_one_layer(ctx):
 
 @pytest.mark.parametrize("block", [1, 2])
 def test_block_chunks_change_no_value(ctx, monkeypatch, block):
-    """Senders' differences are stacked by blocks of layers as well as by layer (eval.edge_groups'
+    """Senders' differences are stacked by blocks of layers as well as by layer (eval.patching.edge_groups'
     BLOCK_LAYERS, 4 by default, more than this 3-layer model has): every edge patched with its own
     weight per row block gives the same logits and gradients whatever the blocking."""
-    import eval.edge_groups as edge_groups
+    import eval.patching.edge_groups as edge_groups
 
     a, task = ctx.adapter, ctx.task
     n, k = task.n, 2
@@ -235,7 +235,7 @@ def test_group_weights_and_offsets_equal_the_edges_they_stand_for(ctx):
     from writers before the start as fixed offsets (reference - clean, through W_Q/K/V for a head's
     input), a reference of one block's rows for two row blocks: the logits of the same edges
     patched by name from the embedding."""
-    from eval.hooks import GroupLayout, GroupWeights, Offsets, order
+    from eval.patching.hooks import GroupLayout, GroupWeights, Offsets, order
 
     a, task = ctx.adapter, ctx.task
     n, k, start = task.n, 2, 1
@@ -291,7 +291,7 @@ def _group_slot(reader: str, n_heads: int) -> tuple[tuple[str, int], int]:
 
 
 def test_group_layouts_and_offsets_refuse_what_they_cannot_do(ctx):
-    from eval.hooks import GroupLayout, GroupWeights, Offsets
+    from eval.patching.hooks import GroupLayout, GroupWeights, Offsets
 
     a, task = ctx.adapter, ctx.task
     with pytest.raises(ValueError, match="does not feed"):

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval.circuit import INPUT, LOGITS, Circuit, node_sort_key, parse_node
-from eval.hooks import adapt
+from eval.core.circuit import INPUT, LOGITS, Circuit, node_sort_key, parse_node
+from eval.patching.hooks import adapt
 from case_table import case_params
 from rasp_programs.graph import component_reads_writes
 

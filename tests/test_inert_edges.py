@@ -10,15 +10,15 @@ pytest.importorskip("transformer_lens")
 
 
 def _target(cc, truth=None):
-    from eval.evaluation import Target
+    from eval.evaluator.evaluate import Target
 
     return Target(name="case-3", which="compiled", model=cc.model, truth=truth or cc.graph.promoted(),
                   case=cc.case, encoding=cc.encoding, reference=cc.model)
 
 
 def test_compiled_case_3_report_lists_the_edges_no_counterfactual_moves(compiled):
-    from eval.evaluation import evaluate
-    from eval.report import table
+    from eval.evaluator.evaluate import evaluate
+    from eval.evaluator.report import table
 
     report = evaluate(_target(compiled("3")), ["edge_patching"], n=64, stability_seeds=1)
     # a1.h0 reads m0 only through its value and the input only through query and key: the other
@@ -32,8 +32,8 @@ def test_compiled_case_3_report_lists_the_edges_no_counterfactual_moves(compiled
 
 
 def test_a_wholly_inert_ground_truth_edge_is_left_out_of_edge_scoring(compiled):
-    from eval.circuit import Circuit
-    from eval.evaluation import evaluate
+    from eval.core.circuit import Circuit
+    from eval.evaluator.evaluate import evaluate
 
     cc = compiled("3")
     truth = cc.graph.promoted()
@@ -61,7 +61,7 @@ def test_validation_inert_edges_equal_the_evaluators_without_importing_transform
     import subprocess
     import sys
 
-    from eval.evaluation import evaluate
+    from eval.evaluator.evaluate import evaluate
     from zoo.inert_edges import inert_section
 
     cc = compiled("3")

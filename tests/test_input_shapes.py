@@ -8,7 +8,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eval.tlens import build_hooked, hooked_config
+from eval.core.tlens import build_hooked, hooked_config
 from siit.data import SHAPES, Dataset, present_mask, random_shapes, with_shapes
 from siit.transformer import Transformer, init_weights
 

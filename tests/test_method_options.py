@@ -12,14 +12,14 @@ import pytest
 
 pytest.importorskip("transformer_lens")
 
-from eval.acdc import AcdcOptions  # noqa: E402
-from eval.baselines import REGISTRY  # noqa: E402
-from eval.bench import bench_method, method_fingerprint  # noqa: E402
-from eval.edge_patching import IGOptions, PatchingOptions  # noqa: E402
-from eval.ensemble import EnsembleOptions  # noqa: E402
-from eval.method_options import options_of, parse_method_options, with_options  # noqa: E402
-from eval.methods import MethodError, call_method  # noqa: E402
-from eval.subnetwork_probing import SPOptions  # noqa: E402
+from eval.methods.acdc import AcdcOptions  # noqa: E402
+from eval.methods.registry import REGISTRY  # noqa: E402
+from eval.leaderboard.cells import bench_method, method_fingerprint  # noqa: E402
+from eval.methods.edge_patching import IGOptions, PatchingOptions  # noqa: E402
+from eval.methods.ensemble import EnsembleOptions  # noqa: E402
+from eval.methods.options import options_of, parse_method_options, with_options  # noqa: E402
+from eval.methods.interface import MethodError, call_method  # noqa: E402
+from eval.methods.subnetwork_probing import SPOptions  # noqa: E402
 
 
 def test_option_text_is_read_by_the_field_type():
@@ -79,8 +79,8 @@ def case3(compiled):
 
 
 def test_a_bound_method_runs_with_its_options_and_is_cached_apart(case3):
-    from eval.graph import graph_of
-    from eval.task import make_task
+    from eval.core.graph import graph_of
+    from eval.patching.task import make_task
 
     task = make_task(case=case3.case, encoding=case3.encoding, reference=case3.reference, n=16, seed=0)
     bound = with_options(REGISTRY["acdc"], {"taus": "0,0.1"})

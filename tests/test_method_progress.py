@@ -1,4 +1,4 @@
-"""Progress of long methods: what they report (eval.methods.Progress), that reporting changes no
+"""Progress of long methods: what they report (eval.methods.interface.Progress), that reporting changes no
 result, how evaluate announces each run, and the bars `zoo eval` draws from it."""
 
 from __future__ import annotations
@@ -7,11 +7,11 @@ import io
 
 import pytest
 
-from eval.acdc import AcdcOptions, acdc
-from eval.edge_patching import PatchingOptions, edge_patching
-from eval.graph import graph_of
-from eval.methods import Method, call_method
-from eval.subnetwork_probing import SPOptions, edge_sp, node_sp
+from eval.methods.acdc import AcdcOptions, acdc
+from eval.methods.edge_patching import PatchingOptions, edge_patching
+from eval.core.graph import graph_of
+from eval.methods.interface import Method, call_method
+from eval.methods.subnetwork_probing import SPOptions, edge_sp, node_sp
 from test_edge_methods import tiny_model, tiny_task
 from test_eval_honest_io import FAST, cli_root  # noqa: F401 (a fixture)
 
@@ -173,7 +173,7 @@ def test_zoo_eval_runs_on_the_threads_it_is_given_and_records_them(cli_root, cap
 def test_bench_computes_on_its_threads_and_restores_the_callers(cli_root, tmp_path):  # noqa: F811
     import torch
 
-    from eval.bench import BenchSettings, run_bench
+    from eval.leaderboard.cells import BenchSettings, run_bench
     from test_bench import _entry, _method
     from zoo.targets import resolve_target
 

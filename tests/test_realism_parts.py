@@ -1,4 +1,4 @@
-"""The realism pieces on hand-made data: activation statistics and heuristic AUROCs (eval.realism),
+"""The realism pieces on hand-made data: activation statistics and heuristic AUROCs (eval.core.node_heuristics),
 distractor targets and the loudness reference (siit.distractors), the function-preserving head
 rescale (siit.reparametrize)."""
 
@@ -12,8 +12,8 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.realism import NodeStats, activation_stats, heuristic_aurocs, node_weights, variance_floor_ratio
-from eval.tlens import hooked_config
+from eval.core.node_heuristics import NodeStats, activation_stats, heuristic_aurocs, node_weights, variance_floor_ratio
+from eval.core.tlens import hooked_config
 from siit.correspondence import NodeLayout
 from siit.distractors import (Distractor, DistractorTargets, loudness, make_distractors, offsets_for_norm,
                               r_squared, raw_targets, readout, stratified)

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pytest
 
-from eval.metrics import roc
-from eval.realism import HEURISTICS
+from eval.core.metrics import roc
+from eval.core.node_heuristics import HEURISTICS
 from siit.config import TrainConfig
 from siit.trainer import train
 from siit.validation import validate_model

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import torch
 
-import eval.directory_swap as directory_swap
-from eval.tlens import hooked_config
+import eval.core.directory_swap as directory_swap
+from eval.core.tlens import hooked_config
 from siit.checkpoint import CheckpointError, load_checkpoint, save_checkpoint
 from siit.optim import Adam
 from siit.transformer import Transformer

@@ -1,4 +1,4 @@
-"""config.json is data, never options: the allow-list of eval.model_config (types, bounds, memory
+"""config.json is data, never options: the allow-list of eval.core.model_config (types, bounds, memory
 estimated before any allocation), and the graph rule that pull uses for circuit edges."""
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ import sys
 
 import pytest
 
-from eval.graph import ComputationGraph
-from eval.model_config import MAX_MODEL_BYTES, ModelConfigError, check_model_config, estimated_bytes, tensor_shapes
-from eval.tlens import build_hooked, hooked_config
+from eval.core.graph import ComputationGraph
+from eval.core.model_config import MAX_MODEL_BYTES, ModelConfigError, check_model_config, estimated_bytes, tensor_shapes
+from eval.core.tlens import build_hooked, hooked_config
 from zoo.entry_check import edge_in_graph
 
 

@@ -16,7 +16,7 @@ from test_security_pull import REPO, _set, assert_refused, edited, good, hub, pl
 
 from eval.graph import ComputationGraph
 from eval.methods import MethodError, read_score_file
-from eval.score_input import MAX_SCORE_FILE_BYTES
+from eval.methods.score_input import MAX_SCORE_FILE_BYTES
 from zoo.behaviour_check import MAX_ACTIVATION_BYTES, activation_bytes
 
 GRAPH = ComputationGraph(n_layers=2, n_heads=2)

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import torch
 
-from eval.circuit import Circuit
+from eval.core.circuit import Circuit
 from siit.config import ArchConfig, TrainConfig
 from siit.correspondence import low_level_config, make_correspondence
 from siit.data import make_dataset, pair_sources
@@ -17,8 +17,8 @@ from siit.transformer import Transformer
 
 def test_high_level_interchange_equals_transformer_lens_patching(compiled) -> None:
     """IIT targets of the compiled model == TL's compiled model with the node replaced through
-    eval.hooks (itself checked against 3.x's own per-head patching in tests/test_tl_hooks.py)."""
-    from eval.hooks import adapt
+    eval.patching.hooks (itself checked against 3.x's own per-head patching in tests/test_tl_hooks.py)."""
+    from eval.patching.hooks import adapt
 
     cc = compiled("3")
     high = Transformer.from_state_dict(cc.config, cc.state_dict)

@@ -1,14 +1,14 @@
 """siit.transformer.Transformer equals the installed TransformerLens model (logits, per-head and MLP
-outputs as eval.hooks reads them) on random weights and padded inputs, and its Patch equals patching
-through eval.hooks. (eval.hooks equals TL 3.x's own hooks: tests/test_tl_hooks.py.)"""
+outputs as eval.patching.hooks reads them) on random weights and padded inputs, and its Patch equals patching
+through eval.patching.hooks. (eval.patching.hooks equals TL 3.x's own hooks: tests/test_tl_hooks.py.)"""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from eval.hooks import adapt
-from eval.tlens import build_hooked, hooked_config, state_dict_3x
+from eval.patching.hooks import adapt
+from eval.core.tlens import build_hooked, hooked_config, state_dict_3x
 from siit.transformer import Patch, Transformer, init_weights
 
 
@@ -81,7 +81,7 @@ def test_patch_equals_patching_through_eval_hooks(causal: bool) -> None:
         patched, _ = model(base, base_mask, Patch(mask=mask, values=source_acts))
     reference = tl.outputs(source, source_mask, WRITERS)
     clean = tl.forward(base, base_mask)
-    # one batched pass through eval.hooks: row r patches its own node (a per-row weight)
+    # one batched pass through eval.patching.hooks: row r patches its own node (a per-row weight)
     weights = {node: torch.tensor([float(WRITERS.index(node) == _writer_index(l, s)) for l, s in choices])
                for node in WRITERS}
     ref = tl.run(base, base_mask, reference=reference, nodes=weights).logits
@@ -100,7 +100,7 @@ def _writer_index(layer: int, slot: int) -> int:
 
 @pytest.mark.parametrize("causal", [True, False])
 def test_hook_protocol_runs_eval_hooks_as_the_tl_model_does(causal: bool) -> None:
-    """eval.hooks on the pure-torch model (run_with_hooks) == eval.hooks on the TL model: writer
+    """eval.patching.hooks on the pure-torch model (run_with_hooks) == eval.patching.hooks on the TL model: writer
     outputs, node and edge patches (q/k/v, MLP and logits readers), read inputs, start-at-layer."""
     cfg, model = _random_model(causal, "gelu", seed=6)
     ours, theirs = adapt(model), adapt(build_hooked(cfg, model.state_dict()))

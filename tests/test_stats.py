@@ -1,4 +1,4 @@
-"""eval.stats: Vargha-Delaney A12 and the two-sided Wilcoxon-Mann-Whitney test of InterpBench RQ4."""
+"""eval.scoring.stats: Vargha-Delaney A12 and the two-sided Wilcoxon-Mann-Whitney test of InterpBench RQ4."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.stats import a12_matrix, compare_methods, magnitude, pairwise_tests, vargha_delaney
+from eval.scoring.stats import a12_matrix, compare_methods, magnitude, pairwise_tests, vargha_delaney
 
 # AUROC-like values on a coarse grid, so that ties (common among AUROCs of 1.0) are drawn often
 aurocs = st.lists(st.integers(0, 20).map(lambda k: k / 20), min_size=1, max_size=12)

@@ -1,4 +1,4 @@
-"""eval.hooks equals TransformerLens 3.x's own hooks, on whichever major is installed.
+"""eval.patching.hooks equals TransformerLens 3.x's own hooks, on whichever major is installed.
 
 A tiny random model (causal and bidirectional, non-zero biases, padded inputs: right-padded rows
 and one left-padded row) was run under transformer-lens 3.9 with 3.x's hooks (`hook_result`,
@@ -18,8 +18,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.hooks import adapt, forward
-from eval.tlens import build_hooked, hooked_config, state_dict_3x, tl_major
+from eval.patching.hooks import adapt, forward
+from eval.core.tlens import build_hooked, hooked_config, state_dict_3x, tl_major
 
 FIXTURE = Path(__file__).parent / "data" / "tl3_hooks.safetensors"
 ATOL = 1e-5
@@ -138,7 +138,7 @@ def _add_head(act, head, delta):
     return act
 
 
-# ---- the same quantities through eval.hooks (any major) ----
+# ---- the same quantities through eval.patching.hooks (any major) ----
 
 def adapter_values(model, x: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
     a = adapt(model)

@@ -19,8 +19,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.baselines import REGISTRY
-from eval.tlens import tl_major
+from eval.methods.registry import REGISTRY
+from eval.core.tlens import tl_major
 from zoo.cli import main
 
 SMOKE_EVAL = ["--n", "64", "--stability-seeds", "2", "--permutations", "50"]

@@ -3,7 +3,7 @@ ways (3.x layout on disk), attention masks read as 3.x does, and a user's own Tr
 
 tests/data/tl3_hooks.safetensors was written by transformer-lens 3.9 (HookedTransformer weights and
 logits); tests/data/tl4_written.safetensors by 4.3 (a TransformerBridge with TL 4's own random
-init, saved through eval.tlens.state_dict_3x, and its logits). Each major must load the other's
+init, saved through eval.core.tlens.state_dict_3x, and its logits). Each major must load the other's
 file and compute the recorded logits. Regenerate the 4.x file under 4.x with
 `python tests/test_tl_versions.py`.
 """
@@ -17,8 +17,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eval.hooks import forward
-from eval.tlens import build_hooked, hooked_config, is_bridge, state_dict_3x, tl_major
+from eval.patching.hooks import forward
+from eval.core.tlens import build_hooked, hooked_config, is_bridge, state_dict_3x, tl_major
 
 DATA = Path(__file__).parent / "data"
 TL4_FILE = DATA / "tl4_written.safetensors"
@@ -93,7 +93,7 @@ def test_bad_state_dict_is_one_value_error() -> None:
 
 
 def _plain_bridge(config: dict, weights: dict[str, torch.Tensor]):
-    """A TransformerBridge as a user would build it from the entry files, without eval.tlens."""
+    """A TransformerBridge as a user would build it from the entry files, without eval.core.tlens."""
     from transformer_lens.config import TransformerBridgeConfig
     from transformer_lens.model_bridge import TransformerBridge
     from transformer_lens.utilities.tl_checkpoint_conversion import convert_tl_checkpoint
@@ -109,7 +109,7 @@ def _plain_bridge(config: dict, weights: dict[str, torch.Tensor]):
 @pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
 def test_a_plain_bridge_is_read_as_3x_through_the_adapter(causal: bool) -> None:
     """4.x's own reading of a mask differs from 3.x's (pad positions; PAD keys under bidirectional
-    attention); eval.hooks reads any bridge as 3.x did."""
+    attention); eval.patching.hooks reads any bridge as 3.x did."""
     data = _load(DATA / "tl3_hooks.safetensors")
     tag = "causal" if causal else "bidirectional"
     bridge = _plain_bridge(_config(causal), _split(data, f"{tag}/weights/"))
@@ -128,7 +128,7 @@ def test_a_plain_bridge_is_read_as_3x_through_the_adapter(causal: bool) -> None:
 def test_users_own_bridge_gets_the_same_report(compiled) -> None:
     """Case 11 is bidirectional with inputs of every length. Its compiled weights are perturbed (as
     training would) so that PAD keys matter: a bridge read the 4.x way would compute otherwise."""
-    from eval.task import make_task
+    from eval.patching.task import make_task
     from zoo.targets import evaluate, resolve_target
 
     cc = compiled("11")

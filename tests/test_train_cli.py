@@ -93,7 +93,7 @@ def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) 
     assert training["config"]["epochs"] == 1 and training["config"]["batch_size"] == 64
     assert not (tmp_path / ".case-33.checkpoint").exists()
 
-    from eval.circuit import Circuit
+    from eval.core.circuit import Circuit
     from zoo.entry import load_entry_dir
 
     entry = load_entry_dir(out)  # verifies the manifest
@@ -103,7 +103,7 @@ def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) 
     validation = entry.validation
     assert {r["node"] for r in validation["node_effects"]} >= set(circuit.nodes)
     # labelled edges no counterfactual moves are listed (issue 10), each a part of a circuit edge
-    from eval.circuit import parse_edge, promote
+    from eval.core.circuit import parse_edge, promote
 
     inert = validation["inert_edges"]
     assert set(inert) >= {"edges", "qkv_edges", "atol", "n", "seed"}

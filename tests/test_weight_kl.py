@@ -1,4 +1,4 @@
-"""Weight-histogram KL divergence (eval.weight_histograms, InterpBench Table 5): checked against
+"""Weight-histogram KL divergence (eval.scoring.weight_histograms, InterpBench Table 5): checked against
 hand-made weight sets whose histograms and KL are known in closed form, and against identities."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra.numpy import arrays
 
-from eval.weight_histograms import (HistogramSpec, bin_counts, kl_divergence, kl_table, pooled_weights,
+from eval.scoring.weight_histograms import (HistogramSpec, bin_counts, kl_divergence, kl_table, pooled_weights,
                                     shared_edges, state_dict_kl_table)
 
 EDGES = np.array([-2.0, -1.0, 0.0, 1.0, 2.0])

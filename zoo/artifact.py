@@ -11,7 +11,7 @@
       manifest.json       {"format": "zoo/1", "files": {name: sha256}}: what loading verifies
 
 Writing: an entry is written into a temporary sibling directory which then replaces the old one
-in one atomic swap (eval.directory_swap): a concurrent reader always finds a complete entry, the
+in one atomic swap (eval.core.directory_swap): a concurrent reader always finds a complete entry, the
 old or the new, and an interrupted write changes nothing. JSON is written without NaN / Infinity
 (not JSON), and weights must be finite.
 
@@ -37,8 +37,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from eval.directory_swap import fsync_tree, replace_directory, sibling_tmp
-from eval.model_config import MAX_MODEL_BYTES
+from eval.core.directory_swap import fsync_tree, replace_directory, sibling_tmp
+from eval.core.model_config import MAX_MODEL_BYTES
 from zoo.strict_json import ArtifactError, dumps_json, parse_json
 
 FORMAT = "zoo/1"

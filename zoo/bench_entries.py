@@ -1,4 +1,4 @@
-"""A zoo root + `--cases` / `--planted` -> the entries `zoo bench` scores (eval.bench.BenchEntry):
+"""A zoo root + `--cases` / `--planted` -> the entries `zoo bench` scores (eval.leaderboard.cells.BenchEntry):
 every entry under `<root>/entries` by default, or the named ones.
 
 A trained entry's fingerprint is the sha256 of its manifest (which holds the sum of every file),
@@ -69,7 +69,7 @@ def _case_entry(case_id: str, root: Path, model: ModelChoice) -> Any:
 
 
 def _trained(path: Path, root: Path) -> Any:
-    from eval.bench import BenchEntry
+    from eval.leaderboard.cells import BenchEntry
 
     try:
         fingerprint = hashlib.sha256((path / MANIFEST).read_bytes()).hexdigest()
@@ -86,7 +86,7 @@ def _trained(path: Path, root: Path) -> Any:
 
 
 def _compiled(case: Any, root: Path) -> Any:
-    from eval.bench import BenchEntry
+    from eval.leaderboard.cells import BenchEntry
     from rasp_programs.compile import compile_case
     from zoo.paths import compiled_dir
     from zoo.targets import resolve_target

@@ -7,7 +7,7 @@ description is left alone. validation.json is read defensively (its producer is 
 numeric top-level figures (accuracy, iia, siia, ...) go into `model-index`; per-node effects are
 tabulated when `nodes` (or `node_effects`) maps a node, or lists rows with a `node` key, to numbers
 and an `in_circuit` flag (nested per-shape effects are summarised in their own table). The Realism
-section reads validation.json's `realism` (eval.realism) and training.json's `realism` (what each
+section reads validation.json's `realism` (eval.core.node_heuristics) and training.json's `realism` (what each
 out-of-circuit node was trained to compute); entries made before either existed say so.
 """
 

@@ -29,7 +29,7 @@ from zoo.artifact import ArtifactError
 
 OUTSIDE_ID = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*:[A-Za-z_][A-Za-z0-9_]*")
 MAX_VOCAB = 65536
-MAX_SEQ_LEN = 2047  # n_ctx - 1 at eval.model_config.MAX_CTX
+MAX_SEQ_LEN = 2047  # n_ctx - 1 at eval.core.model_config.MAX_CTX
 MAX_TEXT = 20000
 TASK_FIELDS = ("task_kind", "vocab", "max_seq_len", "min_seq_len", "causal", "bos", "pad")
 """What a built-in case's case.json must agree on (descriptions and notes may differ by version)."""

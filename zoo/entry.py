@@ -14,7 +14,7 @@ import functools
 from pathlib import Path
 from typing import Any
 
-from eval.circuit import Circuit
+from eval.core.circuit import Circuit
 from rasp_programs.case import Case
 from rasp_programs.encoding import Encoding
 from zoo.artifact import ArtifactError, EntryFiles, read_entry
@@ -30,7 +30,7 @@ class Entry:
     path: Path
     """Directory the entry was read from."""
     config: dict[str, Any]
-    """HookedTransformerConfig fields (config.json), checked against eval.model_config's allow-list."""
+    """HookedTransformerConfig fields (config.json), checked against eval.core.model_config's allow-list."""
     circuit: Circuit
     """Ground-truth circuit at head granularity (circuit.json)."""
     circuit_json: dict[str, Any]
@@ -48,8 +48,8 @@ class Entry:
     @functools.cached_property
     def model(self) -> Any:
         """The entry's weights in the installed TransformerLens: a HookedTransformer on 3.x, a
-        TransformerBridge on 4.x; same logits, attention_mask read as 3.x does (eval.tlens)."""
-        from eval.tlens import build_hooked
+        TransformerBridge on 4.x; same logits, attention_mask read as 3.x does (eval.core.tlens)."""
+        from eval.core.tlens import build_hooked
 
         return build_hooked(self.config, self.state_dict)
 

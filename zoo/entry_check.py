@@ -15,9 +15,9 @@ import re
 from collections.abc import Mapping
 from typing import Any
 
-from eval.circuit import Circuit, node_sort_key, parse_node
-from eval.graph import graph_of
-from eval.model_config import ModelConfigError, check_model_config, tensor_shapes
+from eval.core.circuit import Circuit, node_sort_key, parse_node
+from eval.core.graph import graph_of
+from eval.core.model_config import ModelConfigError, check_model_config, tensor_shapes
 from rasp_programs.case import BOS, PAD, Case
 from rasp_programs.encoding import Encoding
 from zoo.artifact import ENTRY_NAME, FORMAT, ArtifactError, EntryFiles, parse_json, tensors_from_bytes
@@ -163,7 +163,7 @@ def _encoding(label: str, case_json: Mapping[str, Any], case: Case, config: Mapp
 
 
 def edge_in_graph(src: str, dst: str) -> bool:
-    """Whether src -> dst is an edge of any transformer whose graph holds both nodes (eval.graph's
+    """Whether src -> dst is an edge of any transformer whose graph holds both nodes (eval.core.graph's
     rule: every earlier residual writer feeds every later reader; the MLP of layer l reads the heads
     of layer l). Computed from the names, so a huge config cannot make it enumerate its graph."""
     s, d = parse_node(src), parse_node(dst)

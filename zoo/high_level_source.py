@@ -36,6 +36,6 @@ def high_level_task(case: Any, compile_cache: Path | None) -> Any:
 
 def reference_model(case: Any, compile_cache: Path | None) -> Any:
     """The model whose outputs are the task's labels: the compiled HookedTransformer, or the
-    planted causal model (eval.task.reference_outputs reads either)."""
+    planted causal model (eval.patching.task.reference_outputs reads either)."""
     task = high_level_task(case, compile_cache)
     return task.model

@@ -1,8 +1,8 @@
 """A trained model + its compiled case -> validation.json's `inert_edges`: the ground-truth edges
-that no counterfactual of the task moves (eval.evaluation.inert_truth), so that a reader of the
+that no counterfactual of the task moves (eval.evaluator.evaluate.inert_truth), so that a reader of the
 entry knows which labelled edges no counterfactual method can find on this task.
 
-Computed with the evaluator's own edge patching (eval.evaluation.inert_truth) and task data
+Computed with the evaluator's own edge patching (eval.evaluator.evaluate.inert_truth) and task data
 (INERT_N inputs, seed INERT_SEED, resample counterfactuals), on the exported weights run by
 siit.transformer.Transformer, which speaks TransformerLens's hook protocol: the same function as
 the TransformerLens model `zoo eval` builds (tests/test_inert_edges.py compares the two), without
@@ -23,11 +23,11 @@ INERT_SEED = 0
 def inert_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circuit_json: Mapping[str, Any],
                   compiled: Any) -> dict[str, Any]:
     """validation.json's `inert_edges`: {edges, qkv_edges, atol, rule, n, seed}."""
-    from eval.ablation import make_context
-    from eval.circuit import Circuit
-    from eval.evaluation import inert_truth
-    from eval.graph import graph_of
-    from eval.task import make_task
+    from eval.patching.ablation import make_context
+    from eval.core.circuit import Circuit
+    from eval.evaluator.evaluate import inert_truth
+    from eval.core.graph import graph_of
+    from eval.patching.task import make_task
     from siit.high_level import as_task
     from siit.transformer import Transformer
 

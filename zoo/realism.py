@@ -3,10 +3,10 @@
 `realism_case` reads like the report: load the SIIT entry and compile the case (the Tracr model is
 the reference point; a planted model has no compiled counterpart, so its report has no Tracr
 column and no natural-vs-Tracr target), measure what a method that never intervenes sees of every node of both
-models on inputs from the case's sampler (eval.realism: output norm, output variance, weight norm
+models on inputs from the case's sampler (eval.core.node_heuristics: output norm, output variance, weight norm
 and more, each as node AUROC against the circuit), then train or reuse the "natural"
 (behaviour-only) and IIT models of the same case, seed and architecture, and compare the four
-models' centred weight histograms by KL divergence (eval.weight_histograms).
+models' centred weight histograms by KL divergence (eval.scoring.weight_histograms).
 
 The comparison models are cached as entry-format directories under
 `<root>/realism/<entry>/{natural,iit}/` (written atomically, reused while the SIIT entry's
@@ -24,7 +24,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-from eval.weight_histograms import HistogramSpec
+from eval.scoring.weight_histograms import HistogramSpec
 from zoo.errors import ZooError
 
 ComparisonKind = Literal["natural", "iit"]
@@ -148,12 +148,12 @@ def load_siit_entry(path: Path, case: Any) -> Any:
 
 def node_activity(config: Mapping[str, Any], state_dict: Mapping[str, Any], encoded: tuple[Any, Any],
                   circuit: Any, task_kind: str) -> dict[str, Any]:
-    """eval.realism's report for one model on encoded inputs (tokens, mask), plus per statistic
+    """eval.core.node_heuristics's report for one model on encoded inputs (tokens, mask), plus per statistic
     its spread in and out of the circuit."""
     import torch
 
-    from eval.circuit import head_node, mlp_node
-    from eval.realism import node_stats, realism_report
+    from eval.core.circuit import head_node, mlp_node
+    from eval.core.node_heuristics import node_stats, realism_report
     from siit.transformer import Transformer
 
     tokens, mask = encoded
@@ -276,8 +276,8 @@ def _training_summary(training: Mapping[str, Any] | None) -> dict[str, Any]:
 
 
 def weight_kl(state_dicts: Mapping[str, Mapping[str, Any]], spec: HistogramSpec) -> dict[str, Any]:
-    """The KL table of the models present, in TABLE_ORDER (eval.weight_histograms)."""
-    from eval.weight_histograms import state_dict_kl_table
+    """The KL table of the models present, in TABLE_ORDER (eval.scoring.weight_histograms)."""
+    from eval.scoring.weight_histograms import state_dict_kl_table
 
     ordered = {k: state_dicts[k] for k in TABLE_ORDER if k in state_dicts}
     table = state_dict_kl_table(ordered, spec)

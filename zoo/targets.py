@@ -7,8 +7,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
-from eval.evaluation import Target, evaluate as evaluate_target
-from eval.report import EvalReport
+from eval.evaluator.evaluate import Target, evaluate as evaluate_target
+from eval.evaluator.report import EvalReport
 from zoo.high_level_source import reference_model
 
 ModelChoice = Literal["auto", "trained", "compiled"]

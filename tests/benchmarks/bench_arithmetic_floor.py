@@ -23,7 +23,7 @@ circuits per pass of the largest measured size: the arithmetic of exact ACDC at 
 and n. It is divided by two rates measured here for that model's shapes: a bare block (no hooks,
 a written-out softmax) on a pass's rows, and the bare matrix product of a block's largest shape
 (an upper bound no block reaches), for one core and for ideal scaling over two. The edge sums a
-pass also does (removed edges from recomputed writers, eval.edge_groups) are not counted: the floor
+pass also does (removed edges from recomputed writers, eval.patching.edge_groups) are not counted: the floor
 is the model's own arithmetic alone. Rates and times are CPU time with --threads torch threads: the
 "1 core" figures hold for the default, one. The mean circuits per pass is the mean rows of a pass
 reaching the logits over n, counting ACDC's few setup passes of n rows, so it is a slight underestimate.
@@ -79,8 +79,8 @@ def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -
 
 def sweep_blocks(graph: Any, n_layers: int) -> int:
     """Blocks ACDC's sweep runs over its edges, one pass each: from the reader's block on (the
-    logits' edges from the last block, as eval.acdc_sweep starts them)."""
-    from eval.edge_patching import reader_layer
+    logits' edges from the last block, as eval.methods.acdc_sweep starts them)."""
+    from eval.methods.edge_patching import reader_layer
 
     return sum(n_layers - min(reader_layer(dst, n_layers), n_layers - 1) for _, dst in graph.at("qkv").edges)
 
@@ -131,7 +131,7 @@ def project(size: str, circuits: float, n: int) -> dict[str, Any]:
     from bench_edge_methods import random_model
     from bench_pass_rows import block_flops
 
-    from eval.graph import graph_of
+    from eval.core.graph import graph_of
 
     layers, heads = (int(x) for x in size.split("x"))
     model = random_model(layers, heads)
@@ -164,7 +164,7 @@ def main() -> None:
     from bench_edge_methods import random_model, random_task
     from bench_pass_rows import block_flops
 
-    from eval.graph import graph_of
+    from eval.core.graph import graph_of
 
     torch.set_num_threads(args.threads)
     report: dict[str, Any] = {"torch_threads": args.threads, "n": args.n, "measured": []}

@@ -3,7 +3,7 @@ a log-log plot of cost against q/k/v edge count.
 
     python tests/benchmarks/bench_edge_methods.py [--sizes 2x2 4x4 6x4 8x8 12x12] [--n 32]
         [--methods ...] [--out costs.json] [--budget-s 600] [--plot costs.png]
-        [--method-option acdc.taus=0.01,0.001,0.1 ...]   # as zoo eval's (eval.method_options)
+        [--method-option acdc.taus=0.01,0.001,0.1 ...]   # as zoo eval's (eval.methods.options)
     python tests/benchmarks/bench_edge_methods.py --plot costs.png --from costs.json   # plot only
     python tests/benchmarks/bench_edge_methods.py --entry ROOT/entries/case-19 [--n 100]  # a trained entry
 
@@ -66,7 +66,7 @@ class Counter:
 def random_model(layers: int, heads: int, seed: int = 0) -> Any:
     import torch
 
-    from eval.tlens import build_hooked, hooked_config
+    from eval.core.tlens import build_hooked, hooked_config
     from siit.transformer import Transformer, init_weights
 
     d_model = 8 * heads
@@ -80,7 +80,7 @@ def random_model(layers: int, heads: int, seed: int = 0) -> Any:
 def random_task(model: Any, n: int, seed: int = 0) -> Any:
     import torch
 
-    from eval.task import TaskData
+    from eval.patching.task import TaskData
 
     gen = torch.Generator().manual_seed(seed)
     tokens = torch.randint(0, 20, (2, n, 10), generator=gen)
@@ -97,7 +97,7 @@ def edge_patching_loop(model: Any, task: Any, graph: Any) -> dict[tuple[str, str
     """Exact edge patching, one full forward pass per edge: what `edge_patching` must equal."""
     import torch
 
-    from eval.ablation import behaviour, make_context
+    from eval.patching.ablation import behaviour, make_context
 
     ctx = make_context(model, task, graph)
     with torch.no_grad():
@@ -109,7 +109,7 @@ def edge_patching_loop(model: Any, task: Any, graph: Any) -> dict[tuple[str, str
 
 def entry_model_and_task(path: Path, n: int) -> tuple[Any, Any, str]:
     """The entry's TransformerLens model, `zoo eval`'s task data for it (seed 0) and its name."""
-    from eval.task import make_task
+    from eval.patching.task import make_task
     from zoo.entry import load_entry_dir
     from zoo.targets import resolve_target
 
@@ -129,9 +129,9 @@ def extrapolate(points: list[tuple[int, float]], edges: int) -> float | None:
 
 
 def measure(model: Any, task: Any, graph: Any, key: str, options: dict[str, str] | None = None) -> dict[str, Any]:
-    from eval.baselines import REGISTRY
-    from eval.method_options import with_options
-    from eval.methods import call_method
+    from eval.methods.registry import REGISTRY
+    from eval.methods.options import with_options
+    from eval.methods.interface import call_method
 
     counter = Counter()
     handle = counter.attach(model)
@@ -204,8 +204,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(args.threads)
-    from eval.graph import graph_of
-    from eval.method_options import parse_method_options
+    from eval.core.graph import graph_of
+    from eval.methods.options import parse_method_options
 
     options = parse_method_options(args.method_option, running=args.methods)
 

@@ -1,5 +1,5 @@
 """InterpBench Table 5 for zoo entries: KL divergence between the centred weight histograms of
-natural, Tracr-compiled, SIIT and IIT models of each case (eval.weight_histograms has the exact
+natural, Tracr-compiled, SIIT and IIT models of each case (eval.scoring.weight_histograms has the exact
 definition). Prints one JSON row per case: the lower-triangular table, the pairs, whether
 KL natural-SIIT < natural-Tracr, the comparison models' training, and timings.
 

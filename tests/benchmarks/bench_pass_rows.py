@@ -44,9 +44,9 @@ def main() -> None:
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_edge_methods import random_model, random_task
 
-    from eval.ablation import make_context
-    from eval.edge_patching import repeat_rows
-    from eval.graph import graph_of
+    from eval.patching.ablation import make_context
+    from eval.methods.edge_patching import repeat_rows
+    from eval.core.graph import graph_of
 
     torch.set_num_threads(1)
     layers, heads = (int(x) for x in args.size.split("x"))

@@ -27,7 +27,7 @@ ZOO_REALISM_N = 2000
 def run_case(case_id: str, seed: int, root: Path, overrides: dict) -> dict:
     import torch
 
-    from eval.metrics import roc
+    from eval.core.metrics import roc
     from rasp_programs.case import get_case
     from rasp_programs.compile import compile_case
     from siit.config import TrainConfig

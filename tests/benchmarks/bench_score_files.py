@@ -23,8 +23,8 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", nargs="+", default=["6x4", "8x8", "12x12", "16x16"])
     args = parser.parse_args()
-    from eval.graph import ComputationGraph
-    from eval.methods import CircuitRun, MethodOutput, read_score_file, to_circuit_files, to_score_file
+    from eval.core.graph import ComputationGraph
+    from eval.methods.interface import CircuitRun, MethodOutput, read_score_file, to_circuit_files, to_score_file
 
     rows = []
     rng = random.Random(0)

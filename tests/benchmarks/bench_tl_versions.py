@@ -41,7 +41,7 @@ def run(args: argparse.Namespace) -> dict:
     import transformer_lens  # noqa: F401  (timed: every command that builds a model pays it)
 
     import_s = time.perf_counter() - start
-    from eval.tlens import tl_major
+    from eval.core.tlens import tl_major
     from siit.transformer import Transformer
     from zoo.entry import load_entry_dir
     from zoo.paths import entries_dir

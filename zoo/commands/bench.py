@@ -1,4 +1,4 @@
-"""`zoo bench`: every method on every entry, one leaderboard (eval.bench, eval.leaderboard).
+"""`zoo bench`: every method on every entry, one leaderboard (eval.leaderboard.cells, eval.leaderboard.table).
 
 Top level is standard library only. Cells are cached under `<out>/cache`, so a rerun (after Ctrl-C
 or with one more method or entry) computes only what is missing.
@@ -17,7 +17,8 @@ LEADERBOARD_FILES = ("leaderboard.json", "leaderboard.csv", "pairwise.csv", "aur
 
 def register(sub: argparse._SubParsersAction) -> None:
     from zoo.commands.common import add_common
-    from zoo.commands.evaluate import BUILTIN_METHOD_KEYS, add_method_option
+    from eval.methods.registry import BUILTIN_METHOD_KEYS
+    from zoo.commands.evaluate import add_method_option
 
     p = sub.add_parser(
         "bench", help="run methods x entries and write one leaderboard (cached: a rerun computes only what is missing)",
@@ -64,7 +65,8 @@ def _split(values: list[str], what: str) -> list[str]:
 
 
 def run_bench_command(args: argparse.Namespace) -> int:
-    from zoo.commands.evaluate import BUILTIN_METHOD_KEYS, _stdout_to_stderr
+    from eval.methods.registry import BUILTIN_METHOD_KEYS
+    from zoo.commands.evaluate import _stdout_to_stderr
     from zoo.errors import ZooError
     from zoo.paths import zoo_root
 
@@ -85,10 +87,10 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if out.exists() and not out.is_dir():
         raise ZooError(f"--out {str(out)!r} is a file; name a directory")
 
-    from eval.baselines import REGISTRY
-    from eval.bench import BenchSettings, bench_method, run_bench, score_folder
-    from eval.method_options import parse_method_options
-    from eval.methods import MethodError
+    from eval.methods.registry import REGISTRY
+    from eval.leaderboard.cells import BenchSettings, bench_method, run_bench, score_folder
+    from eval.methods.options import parse_method_options
+    from eval.methods.interface import MethodError
     from zoo.bench_entries import bench_entries
 
     try:
@@ -115,7 +117,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(board.to_json(), indent=1, allow_nan=False))
     else:
-        from eval.leaderboard import table
+        from eval.leaderboard.table import table
 
         print(table(board))
         print(f"leaderboard written to {out}", file=sys.stderr)
@@ -124,7 +126,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
 
 def _bar(total: int):
     """One tqdm bar over every (method, entry) cell; cached cells pass at once. `.runs` follows a
-    computing cell's runs and their steps in the postfix (eval.evaluation.RunProgress)."""
+    computing cell's runs and their steps in the postfix (eval.evaluator.evaluate.RunProgress)."""
     from tqdm import tqdm
 
     bar = tqdm(total=total, file=sys.stderr, unit="cell", desc="bench", mininterval=0.25, leave=False,
@@ -155,8 +157,8 @@ def _write(run, out: Path):
     import os
     import tempfile
 
-    from eval.bench_plots import write_bench_plots
-    from eval.leaderboard import leaderboard, pairs_to_csv, to_csv
+    from eval.leaderboard.plots import write_bench_plots
+    from eval.leaderboard.table import leaderboard, pairs_to_csv, to_csv
 
     board = leaderboard(run)
     out.mkdir(parents=True, exist_ok=True)

@@ -1,6 +1,6 @@
 """`zoo eval case N --method NAME`: score circuit-discovery methods against the ground truth.
 
-Top level is standard library only; the evaluator (torch, TransformerLens) is imported inside
+Top level is standard library and the torch-free method registry; the evaluator (torch, TransformerLens) is imported inside
 `run_eval`. Every input error surfaces as one ZooError line before any output is written.
 """
 
@@ -16,10 +16,7 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-BUILTIN_METHOD_KEYS = ("random", "activation_patching", "gradient_attribution", "ablation_scan", "greedy",
-                       "edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp", "edge_sp",
-                       "ifr", "ensemble")
-"""eval.baselines.REGISTRY's keys, spelled out so `--help` needs no torch (a test keeps them equal)."""
+from eval.methods.registry import BUILTIN_METHOD_KEYS
 
 
 def add_method_option(p: argparse.ArgumentParser) -> None:
@@ -32,10 +29,10 @@ def add_method_option(p: argparse.ArgumentParser) -> None:
 
 
 def methods_with_options(names: list[str], items: list[str]) -> list:
-    """--method names, with each one that --method-option names bound to its options (eval.method_options)."""
-    from eval.baselines import REGISTRY
-    from eval.method_options import parse_method_options, with_options
-    from eval.methods import get_method
+    """--method names, with each one that --method-option names bound to its options (eval.methods.options)."""
+    from eval.methods.registry import REGISTRY
+    from eval.methods.options import parse_method_options, with_options
+    from eval.methods.interface import get_method
 
     options = parse_method_options(items, running=names)
     return [with_options(get_method(name, REGISTRY), options[name]) if name in options else name for name in names]
@@ -103,8 +100,8 @@ def run_eval(args: argparse.Namespace) -> int:
 
     import torch
 
-    from eval.methods import MethodError
-    from eval.report import table
+    from eval.methods.interface import MethodError
+    from eval.evaluator.report import table
     from zoo.targets import evaluate
 
     torch.set_num_threads(args.threads)
@@ -159,7 +156,7 @@ def _stdout_to_stderr() -> Iterator[None]:
 
 def _write_plots_atomically(report, target: Path) -> None:
     """Plots go to a temporary folder first, so a failure leaves no half-written plot set."""
-    from eval.plots import write_plots
+    from eval.evaluator.plots import write_plots
 
     target.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=target, prefix=".plots-") as tmp:

@@ -59,7 +59,7 @@ def run_realism(args: argparse.Namespace) -> int:
 
     import torch
 
-    from eval.weight_histograms import HistogramSpec
+    from eval.scoring.weight_histograms import HistogramSpec
     from zoo.paths import zoo_root
     from zoo.realism import RealismOptions, realism_case
 

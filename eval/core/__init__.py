@@ -1,0 +1,1 @@
+"""The core every layer may use: node and edge names, circuits, the computation graph, the TransformerLens bridge, model-config checks, provenance, atomic directory swaps, spec loading, ground-truth metrics and the non-interventional node heuristics; it imports nothing else of eval."""

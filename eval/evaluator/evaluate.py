@@ -1,0 +1,265 @@
+"""An entry (or case) + methods -> an `EvalReport`: the evaluator's one orchestrating function.
+
+Reads top to bottom: resolve the model and its ground truth, sample task data with reference
+labels, run each method (main seed + K-1 reruns for stability), score against the ground truth at
+node and edge level, measure faithfulness on the model, then compare methods.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from eval.patching.ablation import AblationKind, make_context
+from eval.methods.registry import REGISTRY
+from eval.core.circuit import Circuit, edge_name
+from eval.scoring.chance import chance_line, circuit_chance, output_kind
+from eval.scoring.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
+from eval.core.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
+from eval.methods.interface import Method, MethodError, MethodOutput, Progress, call_method, get_method, read_score_file
+from eval.methods.options import options_of
+from eval.evaluator.score_files import save_output
+from eval.core.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
+from eval.methods.edge_patching import inert_edges
+from eval.evaluator.report import EvalReport, Inert, LevelResult, MethodResult, versions
+from eval.patching.task import TaskData, make_task
+
+RunProgress = Callable[[str, int, int], Progress | None]
+"""progress(method key, run, runs) as each method run (main, then the stability reruns) begins ->
+None or a callback for that run's own steps (eval.methods.interface.Progress); `zoo eval` draws a bar."""
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Target:
+    """The model under evaluation, its ground truth and where its labels come from."""
+
+    name: str
+    """Entry name, e.g. `case-3`."""
+    which: Literal["trained", "compiled"]
+    model: Any
+    """HookedTransformer under evaluation."""
+    truth: Circuit
+    """Ground truth at head granularity."""
+    case: Any
+    """rasp_programs Case (sampler and task kind)."""
+    encoding: Any
+    reference: Any
+    """Model whose outputs are the labels: the compiled model of the case."""
+    path: str | None = None
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Settings:
+    """Every knob of an evaluation (all recorded in the report)."""
+
+    n: int = 200
+    """Clean inputs (and as many counterfactuals) per run."""
+    seed: int = 0
+    """Seed of the main run; stability reruns use seed + 1 ... seed + K - 1."""
+    ablation: AblationKind = "resample"
+    """How ablated nodes / edges are replaced: resample (counterfactual), mean or zero."""
+    behaviour: BehaviourKind = "normalized"
+    """CAUSAL-BENCH β: normalized logit difference (default) or accuracy."""
+    stability_seeds: int = 10
+    """K runs (main included) for stability; 1 turns stability off."""
+    permutations: int = 1000
+    """B, the permutation null's size for cross-method convergence."""
+    relative_threshold: float = 0.05
+    """A scorer identifies the components with |score| >= this x max |score| (and > 0)."""
+    cos_threshold: float = 0.85
+    """Faithfulness floor of CAUSAL-BENCH's causal optimality reduction."""
+    weights: Mapping[str, float] | None = None
+    """Composite weights (default equal over F, C, M, S, COS)."""
+    mib_sizes: tuple[float, ...] = MIB_SIZES
+    """Circuit sizes (proportions of edges) of the MIB curve."""
+    chance_draws: int = 200
+    """Monte-Carlo draws of the circuit methods' chance line (scorers' chance lines are exact)."""
+    inert_atol: float = 1e-6
+    """Largest |logit change| at which a patched ground-truth edge counts as inert (EvalReport.inert)."""
+
+
+def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = (), *,
+             scores: str | Path | Sequence[str | Path] = (), settings: Settings | None = None,
+             save_scores: str | Path | None = None, progress: RunProgress | None = None,
+             **overrides: Any) -> EvalReport:
+    """Evaluate methods (registry keys, `package.module:function`, Method records) and / or MIB
+    score files on a Target; keyword overrides set Settings fields. `zoo.evaluate` builds the
+    Target from an entry, a compiled case or a case id. With `save_scores`, each method's main run
+    is written there as MIB files (eval.evaluator.score_files). `progress` hears of every method run as it
+    begins (RunProgress)."""
+    s = dataclasses.replace(settings or Settings(), **overrides)
+    if s.chance_draws < 2:
+        raise ValueError(f"chance_draws must be at least 2 (a standard error needs two draws), got {s.chance_draws}")
+    method_list = [methods] if isinstance(methods, (str, Method)) else list(methods)
+    score_files = [scores] if isinstance(scores, (str, Path)) else list(scores)
+    if not method_list and not score_files:
+        raise MethodError(f"name at least one method ({', '.join(REGISTRY)}) or a score file")
+    resolved = [get_method(m, REGISTRY) for m in method_list]
+    t = target
+    graph = graph_of(t.model)
+    for node in t.truth.nodes:
+        graph.check_node(node)
+    files = [(Path(f), read_score_file(Path(f), graph)) for f in score_files]  # fail before any work
+
+    task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed)
+    ctx = make_context(t.model, task, graph, s.ablation)
+    nb = node_behaviour(ctx, s.behaviour)
+    inert = inert_truth(ctx, graph, t.truth, s.inert_atol)
+    results = []
+    for method in resolved:
+        start = time.perf_counter()
+        runs = s.stability_seeds if method.seeded and s.stability_seeds > 1 else 1
+        out = call_method(method, t.model, task, graph=graph, seed=s.seed, ablation=s.ablation,
+                          progress=progress(method.key, 0, runs) if progress else None)
+        if save_scores is not None:
+            save_output(out, graph, Path(save_scores), method.key,
+                        cfg={"case": t.case.id, "model": t.which, "seed": s.seed, "n": s.n, "ablation": s.ablation})
+        reruns = []
+        if method.seeded and s.stability_seeds > 1:
+            for k in range(1, s.stability_seeds):
+                task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
+                reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation,
+                                          progress=progress(method.key, k, runs) if progress else None))
+        results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb,
+                              s, inert))
+    for path, out in files:
+        results.append(_score(f"file:{path.name}", path.name, out, [], 0.0, t, graph, ctx, nb, s, inert))
+
+    conv = None
+    if len(results) >= 2:
+        conv = convergence({r.key: r.identified for r in results}, graph.components,
+                           permutations=s.permutations, seed=s.seed)
+    truth = t.truth
+    return EvalReport(
+        entry={"name": t.name, "case": t.case.id, "model": t.which, "path": t.path, "task_kind": t.case.task_kind},
+        ground_truth=truth.to_json(), graph={**graph.to_json(), "edges": len(graph.edges),
+                                             "edges_qkv": len(graph.at("qkv").edges)},
+        settings={**dataclasses.asdict(s), "weights": dict(s.weights) if s.weights else None,
+                  "stability_run_seeds": [s.seed + k for k in range(max(1, s.stability_seeds))],
+                  "torch_threads": torch.get_num_threads(),  # float results and times depend on it
+                  "method_options": {m.key: dataclasses.asdict(o) for m in resolved
+                                     if (o := options_of(m)) is not None},
+                  "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
+                  "labels": "reference (compiled) model outputs",
+                  "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
+                  "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges "
+                                   "(inert.edges)",
+                  "roc_scores": "absolute values",
+                  "chance": "eval.scoring.chance: exact expected AUROC of random scores of the method's kind (node, "
+                            "head-edge or q/k/v-edge) under the report's promotion rules; circuit methods: "
+                            "random circuits of the same sizes, seeded Monte Carlo with standard error",
+                  "mib_circuits": "top floor(k|E|) q/k/v edges (signed for CPR, |score| for CMD), pruned as "
+                                  "EAP-IG's Graph.prune; head-level scores copied to their q/k/v edges"},
+        methods=tuple(results), convergence=conv, versions=versions(), inert=inert,
+    )
+
+
+def inert_truth(ctx: Any, graph: ComputationGraph, truth: Circuit, atol: float) -> Inert:
+    """The ground-truth edges that patching to the counterfactual does not move: their q/k/v
+    parts, and the head edges whose every part is inert (eval.methods.edge_patching.inert_edges)."""
+    heads = [tuple(e) for e in truth.edges]
+    parts = sorted({p for e in heads for p in graph.expand_to_qkv(e)})
+    dead = set(inert_edges(ctx, parts, atol=atol))
+    head = sorted(e for e in heads if all(p in dead for p in graph.expand_to_qkv(e)))
+    return Inert(edges=tuple(edge_name(*e) for e in head), qkv_edges=tuple(edge_name(*p) for p in sorted(dead)),
+                 atol=atol)
+
+
+def identified_set(out: MethodOutput, graph: ComputationGraph, relative: float) -> set[str]:
+    """S_ℓ: a scorer's components with |score| >= relative x max|score| (> 0); a circuit
+    method's first circuit."""
+    if out.circuits is not None:
+        return set(out.circuits[0].nodes)
+    scores = _node_scores(out, graph)
+    top = max((abs(v) for v in scores.values()), default=0.0)
+    return {c for c, v in scores.items() if abs(v) > 0 and abs(v) >= relative * top}
+
+
+def _node_scores(out: MethodOutput, graph: ComputationGraph) -> dict[str, float]:
+    if out.node_scores is not None:
+        return {c: float(out.node_scores.get(c, 0.0)) for c in graph.components}
+    assert out.edge_scores is not None
+    return edges_to_node_scores(graph, out.edge_scores)
+
+
+def _edge_scores(out: MethodOutput, graph: ComputationGraph) -> dict[tuple[str, str], float]:
+    if out.edge_scores is not None:
+        promoted = promote_scores(out.edge_scores)
+        return {e: promoted.get(e, 0.0) for e in graph.edges}
+    return nodes_to_edge_scores(graph, _node_scores(out, graph))
+
+
+def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], seconds: float, t: Target,
+           graph: ComputationGraph, ctx: Any, nb: Any, s: Settings, inert: Inert) -> MethodResult:
+    start = time.perf_counter()
+    truth_nodes = set(t.truth.nodes)
+    # inert ground-truth edges are neither positives nor negatives: no counterfactual can find them
+    skip = set(inert.edges)
+    skip_pairs = {(a, b) for a, b in graph.edges if f"{a}->{b}" in skip}
+    truth_edges = {(a, b) for a, b in t.truth.edges} - skip_pairs
+    edge_universe = [f"{a}->{b}" for a, b in graph.edges if f"{a}->{b}" not in skip]
+    truth_edge_names = {f"{a}->{b}" for a, b in truth_edges}
+    identified = identified_set(out, graph, s.relative_threshold)
+    circuits = None
+    mib = None
+    if out.circuits is None:
+        node_scores = _node_scores(out, graph)
+        edge_scores = _edge_scores(out, graph)
+        named_edges = {f"{a}->{b}": abs(v) for (a, b), v in edge_scores.items() if f"{a}->{b}" not in skip}
+        node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
+        edge_roc = roc(named_edges, truth_edge_names)
+        chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores),
+                             exclude=skip_pairs)
+        rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
+        edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
+        node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
+                                 at_threshold=prf(identified, truth_nodes),
+                                 at_top_k=prf(top_k({c: abs(v) for c, v in node_scores.items()}, len(truth_nodes)), truth_nodes),
+                                 n_positive=len(truth_nodes), n_total=len(graph.components),
+                                 chance=chance.node_auroc, chance_rule=chance.rule)
+        edge_level = LevelResult(level="edge", auroc=edge_roc.auroc, roc=edge_roc, auroc_kind="threshold_sweep",
+                                 at_threshold=prf(edge_ident, truth_edge_names),
+                                 at_top_k=prf(top_k(named_edges, len(truth_edges)), truth_edge_names),
+                                 n_positive=len(truth_edges), n_total=len(edge_universe),
+                                 chance=chance.edge_auroc, chance_rule=chance.rule, excluded=tuple(sorted(skip)))
+        # MIB ranks q/k/v edges: the method's own edge scores, unpromoted (head-level ones are copied)
+        mib = mib_curve(ctx, out.edge_scores if out.edge_scores is not None else edge_scores, s.mib_sizes)
+    else:
+        node_scores = None
+        node_pts, edge_pts, circuits = [], [], []
+        for run in out.circuits:
+            run_pairs = run.edges if run.edges is not None else circuit_edges(graph, run.nodes)
+            run_edges = {f"{a}->{b}" for a, b in run_pairs} - skip
+            node_pts.append(roc_point(run.nodes, truth_nodes, graph.components))
+            edge_pts.append(roc_point(run_edges, truth_edge_names, edge_universe))
+            circuits.append({"param": run.param, "nodes": sorted(run.nodes), "node_point": node_pts[-1],
+                             "edge_point": edge_pts[-1]})
+        first_edges = {f"{a}->{b}" for a, b in (out.circuits[0].edges if out.circuits[0].edges is not None
+                                                 else circuit_edges(graph, out.circuits[0].nodes))} - skip
+        n_roc, e_roc = pessimistic_auroc(node_pts), pessimistic_auroc(edge_pts)
+        cc = circuit_chance(graph, truth_nodes, truth_edges,
+                            [(len(r.nodes), len(r.edges) if r.edges is not None else None) for r in out.circuits],
+                            draws=s.chance_draws, seed=s.seed, exclude=skip_pairs)
+        node_level = LevelResult(level="node", auroc=n_roc.auroc, roc=n_roc, auroc_kind="pessimistic",
+                                 at_threshold=prf(identified, truth_nodes), at_top_k=None,
+                                 n_positive=len(truth_nodes), n_total=len(graph.components),
+                                 chance=cc.node_auroc, chance_se=cc.node_se, chance_rule=cc.rule)
+        edge_level = LevelResult(level="edge", auroc=e_roc.auroc, roc=e_roc, auroc_kind="pessimistic",
+                                 at_threshold=prf(first_edges, truth_edge_names), at_top_k=None,
+                                 n_positive=len(truth_edges), n_total=len(edge_universe),
+                                 chance=cc.edge_auroc, chance_se=cc.edge_se, chance_rule=cc.rule,
+                                 excluded=tuple(sorted(skip)))
+    sets = [identified] + [identified_set(r, graph, s.relative_threshold) for r in reruns]
+    stability = mean_pairwise_jaccard(sets) if len(sets) > 1 else None
+    cb = causal_bench(nb, identified, stability=stability, weights=s.weights, cos_threshold=s.cos_threshold)
+    return MethodResult(
+        key=key, name=name, kind=out.kind, node=node_level, edge=edge_level, causal_bench=cb, mib=mib,
+        identified=tuple(c for c in graph.components if c in identified), node_scores=node_scores,
+        circuits=tuple(circuits) if circuits is not None else None,
+        stability_sets=tuple(tuple(sorted(x)) for x in sets) if len(sets) > 1 else None,
+        seconds=seconds, eval_seconds=time.perf_counter() - start,
+    )

@@ -1,0 +1,229 @@
+"""A bench run's cells -> the leaderboard: per method the mean ± sd over entries of node and edge
+AUROC (beside their chance lines), F1, CPR, CMD and wall time, and InterpBench's RQ4 table (two-sided
+Wilcoxon-Mann-Whitney p and Vargha-Delaney A12 of edge AUROC for every pair of methods), as JSON,
+CSV and a terminal table. Plots are eval.leaderboard.plots.
+"""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import io
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+from eval.leaderboard.cells import BenchRun, Cell
+from eval.scoring.stats import PairTest, a12_matrix, pairwise_tests
+
+SCHEMA = "zoo-leaderboard/1"
+TESTED_METRIC = "edge_auroc"
+"""What the RQ4 table compares across entries (InterpBench §5 RQ4: edge-level AUROC)."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Spread:
+    """Mean and sample standard deviation of one metric over the entries a method has it for."""
+
+    mean: float | None
+    """Mean (None: no entry has the metric)."""
+    sd: float | None
+    """Sample standard deviation, ddof 1 (None with fewer than two values)."""
+    n: int
+    """Entries that contributed."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Row:
+    """One method's line of the leaderboard."""
+
+    method: str
+    """BenchMethod.key."""
+    entries: int
+    """Entries scored (status ok)."""
+    missing: int
+    """Entries without a score file (score folders only)."""
+    errors: int
+    """Entries on which the method failed."""
+    node_auroc: Spread
+    """Node AUROC over entries."""
+    edge_auroc: Spread
+    """Edge AUROC over entries (the RQ4 table compares these)."""
+    node_chance: Spread
+    """The node chance line over the same entries."""
+    edge_chance: Spread
+    """The edge chance line over the same entries."""
+    node_f1: Spread
+    """F1 of the identified node set."""
+    edge_f1: Spread
+    """F1 of the identified edges."""
+    cpr: Spread
+    """MIB CPR (scorers only)."""
+    cmd: Spread
+    """MIB CMD (scorers only)."""
+    seconds: Spread
+    """The method's wall time per entry."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Leaderboard:
+    """Everything `zoo bench` writes."""
+
+    rows: tuple[Row, ...]
+    """One per method, in the order they were given."""
+    pairs: tuple[PairTest, ...]
+    """RQ4: every pair of methods with at least one edge AUROC."""
+    entries: tuple[str, ...]
+    """Entries of the run (name/model)."""
+    cells: tuple[Cell, ...]
+    """Every (method, entry) result the rows summarise."""
+    settings: dict[str, Any]
+    """BenchSettings of the run."""
+    computed: int
+    """Cells computed in this run."""
+    reused: int
+    """Cells read back from the cache."""
+
+    def to_json(self) -> dict[str, Any]:
+        keys = [r.method for r in self.rows]
+        return _clean({"schema": SCHEMA, "tested_metric": TESTED_METRIC, **dataclasses.asdict(self),
+                       "a12_matrix": {"methods": keys, "a12": a12_matrix(keys, self.pairs)},
+                       "notes": NOTES})
+
+
+NOTES = {
+    "auroc": "node and head-level edge AUROC against the entry's ground truth (circuit methods: pessimistic)",
+    "chance": "expected AUROC of random scores of the method's kind under the report's rules (eval.scoring.chance); "
+              "not 0.5 at edge level",
+    "pairs": "two-sided Wilcoxon-Mann-Whitney U test of edge AUROC across entries (exact without ties, else the "
+             "normal approximation with tie correction) and Vargha-Delaney A12 = P(X > Y) + P(X = Y)/2 of the "
+             "first method against the second; 0.56/0.64/0.71 small/medium/large (InterpBench Tables 8-9)",
+    "inert": "ground-truth edges no counterfactual of the task moves are left out of edge AUROC (cells' inert_edges)",
+}
+
+
+def spread(values: Sequence[float | None]) -> Spread:
+    xs = [float(v) for v in values if v is not None and math.isfinite(v)]
+    return Spread(mean=float(np.mean(xs)) if xs else None, sd=float(np.std(xs, ddof=1)) if len(xs) > 1 else None,
+                  n=len(xs))
+
+
+def leaderboard(run: BenchRun) -> Leaderboard:
+    """Summarise a bench run per method and test every pair of methods."""
+    methods = list(dict.fromkeys(c.method for c in run.cells))
+    rows = []
+    for key in methods:
+        mine = [c for c in run.cells if c.method == key]
+        ok = [c for c in mine if c.status == "ok"]
+        rows.append(Row(method=key, entries=len(ok), missing=sum(c.status == "missing" for c in mine),
+                        errors=sum(c.status == "error" for c in mine),
+                        **{f: spread([getattr(c, f) for c in ok]) for f in (
+                            "node_auroc", "edge_auroc", "node_chance", "edge_chance", "node_f1", "edge_f1", "cpr",
+                            "cmd", "seconds")}))
+    samples = {key: [c.edge_auroc for c in run.cells if c.method == key and c.status == "ok"] for key in methods}
+    entries = tuple(dict.fromkeys(f"{c.entry}/{c.model}" for c in run.cells))
+    return Leaderboard(rows=tuple(rows), pairs=pairwise_tests(samples), entries=entries, cells=run.cells,
+                       settings=dataclasses.asdict(run.settings), computed=run.computed, reused=run.reused)
+
+
+def _clean(value: Any) -> Any:
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _clean(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_clean(v) for v in value]
+    return value
+
+
+CSV_FIELDS = ("node_auroc", "edge_auroc", "node_chance", "edge_chance", "node_f1", "edge_f1", "cpr", "cmd", "seconds")
+
+
+def to_csv(board: Leaderboard) -> str:
+    """One row per method: counts, then mean and sd of every metric."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["method", "entries", "missing", "errors", *(f"{f}_{s}" for f in CSV_FIELDS for s in ("mean", "sd"))])
+    for r in board.rows:
+        w.writerow([r.method, r.entries, r.missing, r.errors,
+                    *(_num(v) for f in CSV_FIELDS for v in (getattr(r, f).mean, getattr(r, f).sd))])
+    return out.getvalue()
+
+
+def pairs_to_csv(board: Leaderboard) -> str:
+    """The RQ4 table, one row per pair."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(["a", "b", "n_a", "n_b", "u", "p", "test", "a12", "magnitude"])
+    for t in board.pairs:
+        c = t.comparison
+        w.writerow([t.a, t.b, c.n_a, c.n_b, _num(c.u), _num(c.p), c.test, _num(c.a12), t.magnitude])
+    return out.getvalue()
+
+
+def _num(v: float | None) -> str:
+    return "" if v is None or not math.isfinite(v) else f"{v:.6g}"
+
+
+def _ms(s: Spread) -> str:
+    if s.mean is None:
+        return "-"
+    return f"{s.mean:.3f}" + (f"±{s.sd:.3f}" if s.sd is not None else "")
+
+
+def _f(v: float | None, fmt: str = ".3f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def _grid(rows: list[tuple[str, ...]]) -> list[str]:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
+
+
+def table(board: Leaderboard) -> str:
+    """The terminal leaderboard: the per-method table, then RQ4's p and A12 matrices."""
+    header = ("method", "n", "AUROC-n", "chance-n", "AUROC-e", "chance-e", "F1-n", "F1-e", "CPR", "CMD", "sec/entry")
+    rows = [header]
+    for r in board.rows:
+        n = (f"{r.entries}" + (f" ({r.missing} missing)" if r.missing else "")
+             + (f" ({r.errors} failed)" if r.errors else ""))
+        rows.append((r.method, n, _ms(r.node_auroc), _f(r.node_chance.mean), _ms(r.edge_auroc), _f(r.edge_chance.mean),
+                     _f(r.node_f1.mean), _f(r.edge_f1.mean), _f(r.cpr.mean), _f(r.cmd.mean),
+                     _f(r.seconds.mean, ".2f")))
+    s = board.settings
+    out = [f"leaderboard over {len(board.entries)} entries ({', '.join(board.entries)}); n={s['n']}, "
+           f"seed {s['seed']}, ablation {s['ablation']}; {board.computed} computed, {board.reused} from the cache",
+           *_grid(rows),
+           "AUROC-n/e: node/edge AUROC, mean±sd over entries; chance-n/e: the chance line (expected AUROC of random "
+           "scores of the method's kind, not 0.5), mean over the same entries; F1 at the identified set; CPR/CMD: "
+           "MIB on the q/k/v graph (scorers only)"]
+    keys = [r.method for r in board.rows if r.edge_auroc.n]
+    if len(keys) >= 2:
+        p = {(t.a, t.b): t.comparison.p for t in board.pairs}
+        a12 = a12_matrix(keys, board.pairs)
+        out.append("RQ4 (InterpBench Tables 8-9) on edge AUROC across entries: Wilcoxon-Mann-Whitney p (upper) "
+                   "and Vargha-Delaney A12 of row vs column (lower; * p < 0.05)")
+        grid = [("", *keys)]
+        for i, a in enumerate(keys):
+            cells = []
+            for j, b in enumerate(keys):
+                if i < j:
+                    cells.append(_f(p.get((a, b))))
+                elif i > j:
+                    v = a12[i][j]
+                    star = "*" if p.get((b, a), 1.0) < 0.05 else ""
+                    cells.append(_f(v) + star)
+                else:
+                    cells.append("-")
+            grid.append((a, *cells))
+        out += _grid(grid)
+    failed = [c for c in board.cells if c.status == "error"]
+    for c in failed:
+        out.append(f"failed: {c.method} on {c.entry}: {c.message}")
+    inert = {c.entry: c.inert_edges for c in board.cells if c.inert_edges}
+    for entry, edges in inert.items():
+        out.append(f"inert ground-truth edges of {entry} (no counterfactual moves them: listed, never a miss or "
+                   f"a hit): {', '.join(edges)}")
+    return "\n".join(out)

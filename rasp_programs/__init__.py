@@ -4,7 +4,8 @@ Heavy names (compile_case, CompiledCase) are imported on first use so that impor
 package for `zoo list` does not import jax or torch.
 """
 
-from rasp_programs.case import BOS, PAD, Case, CaseError, builtin_case_ids, get_case
+from rasp_programs.case import BOS, PAD, Case, CaseError
+from rasp_programs.lookup import builtin_case_ids, get_case
 
 __all__ = ["BOS", "PAD", "Case", "CaseError", "CompiledCase", "builtin_case_ids", "compile_case", "get_case"]
 

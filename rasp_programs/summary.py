@@ -27,7 +27,7 @@ def summary_row(compiled: Any) -> dict[str, Any]:
 
 
 def build_catalogue(cache_dir: Path | None = None) -> dict[str, Any]:
-    from rasp_programs.case import builtin_case_ids, get_case
+    from rasp_programs.lookup import builtin_case_ids, get_case
     from rasp_programs.compile import compile_case
 
     from rasp_programs.catalogue import NOT_BUILT

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import pytest
 
-from rasp_programs.case import builtin_case_ids
+from rasp_programs.lookup import builtin_case_ids
 from rasp_programs.catalogue import MAIN_CASE_IDS
 
 REPRESENTATIVE = (

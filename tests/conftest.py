@@ -42,7 +42,7 @@ def compile_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def compiled(compile_cache: Path):
     """compiled(case_id) -> CompiledCase; each case is compiled once per run, under a file lock
     so that two workers wait for each other instead of compiling the same case twice."""
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from rasp_programs.compile import compile_case
 
     memo: dict[str, object] = {}

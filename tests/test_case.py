@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rasp_programs.case import Case, CaseError, get_case
+from rasp_programs.case import Case, CaseError
+from rasp_programs.lookup import get_case
 from rasp_programs.compile import case_fingerprint, compile_case
 
 TESTS = str(Path(__file__).parent)

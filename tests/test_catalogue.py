@@ -7,7 +7,7 @@ import json
 import pytest
 from case_table import case_params
 
-from rasp_programs.case import builtin_case_ids
+from rasp_programs.lookup import builtin_case_ids
 from rasp_programs.catalogue import NOT_BUILT
 from rasp_programs.summary import CATALOGUE_PATH, summary_row
 

@@ -34,7 +34,7 @@ def test_list_shows_all_cases_with_sizes():
     assert result.returncode == 0, result.stderr
     header, *rows = result.stdout.splitlines()
     assert header.split()[:6] == ["id", "kind", "layers", "heads", "nodes", "edges"]
-    from rasp_programs.case import builtin_case_ids
+    from rasp_programs.lookup import builtin_case_ids
 
     assert [r.split()[0] for r in rows if not r.startswith("not built")] == builtin_case_ids()
     assert {"3", "4", "8", "11", "13", "18", "19", "20", "21", "26", "29", "33", "34", "35", "36",

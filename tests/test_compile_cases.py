@@ -14,7 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from case_table import case_params
-from rasp_programs.case import builtin_case_ids, get_case
+from rasp_programs.lookup import builtin_case_ids, get_case
 from rasp_programs.catalogue import APPENDIX_H_IDS, MAIN_CASE_IDS, NOT_BUILT
 
 CASE_IDS = builtin_case_ids()

@@ -15,7 +15,8 @@ import torch
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from rasp_programs.case import CaseError, get_case
+from rasp_programs.case import CaseError
+from rasp_programs.lookup import get_case
 from rasp_programs.generate import GeneratorConfig, case_name, generated_case, parse_name
 from rasp_programs.generate_check import REJECT_REASONS, check_name, generate, reject_counts
 from rasp_programs.quick_compile import quick_compile

@@ -69,7 +69,7 @@ def test_validation_inert_edges_equal_the_evaluators_without_importing_transform
     report = evaluate(_target(cc), ["edge_patching"], n=section["n"], seed=section["seed"], stability_seeds=1)
     assert section["qkv_edges"] == report.inert.qkv_edges == ("input->a1.h0<v>", "m0->a1.h0<k>", "m0->a1.h0<q>")
     assert section["edges"] == report.inert.edges
-    script = ("import sys; from pathlib import Path; from rasp_programs.case import get_case; "
+    script = ("import sys; from pathlib import Path; from rasp_programs.lookup import get_case; "
               "from rasp_programs.compile import compile_case; from zoo.inert_edges import inert_section; "
               f"cc = compile_case(get_case('3'), Path({str(compile_cache)!r})); "
               "s = inert_section(cc.config, cc.state_dict, cc.graph.promoted().to_json(), cc); "

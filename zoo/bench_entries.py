@@ -52,7 +52,8 @@ def bench_entries(root: Path, *, cases: Sequence[str] = (), planted: Sequence[st
 
 
 def _case_entry(case_id: str, root: Path, model: ModelChoice) -> Any:
-    from rasp_programs.case import CaseError, get_case
+    from rasp_programs.case import CaseError
+    from rasp_programs.lookup import get_case
     from zoo.paths import entries_dir
 
     try:

@@ -73,7 +73,7 @@ def case_from_json(data: Mapping[str, Any], *, entry: str) -> Case:
     if family == "planted":
         return _planted_case(data, case_id, what)
     if case_id in BUILTIN_FACTORIES or case_id.startswith("gen-"):
-        from rasp_programs.case import get_case
+        from rasp_programs.lookup import get_case
         from rasp_programs.generate import generated_case
 
         try:  # the fixed registry, or the generator rebuilding a gen- name (parsed, nothing imported)

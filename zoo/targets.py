@@ -24,7 +24,8 @@ def evaluate(target: Any, methods: Any = (), *, scores: str | Path | Sequence[st
 
 def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | None = None) -> Target:
     """A Target from an Entry, a CompiledCase, a Case or a case id (str / int)."""
-    from rasp_programs.case import Case, get_case
+    from rasp_programs.case import Case
+    from rasp_programs.lookup import get_case
     from rasp_programs.compile import CompiledCase, compile_case
     from zoo.entry import Entry, load_entry_dir
     from zoo.paths import compiled_dir, entries_dir, zoo_root

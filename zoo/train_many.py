@@ -63,7 +63,7 @@ def case_ids(args: argparse.Namespace) -> list[str]:
 
         return sorted(MAIN_CASE_IDS, key=int)
     if args.catalogue:  # every built-in case: the 16 and Appendix H's
-        from rasp_programs.case import builtin_case_ids
+        from rasp_programs.lookup import builtin_case_ids
 
         return builtin_case_ids()
     if args.generated is not None:

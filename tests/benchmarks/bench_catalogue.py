@@ -44,7 +44,7 @@ def verify(compiled, n: int, seed: int = 0) -> tuple[bool, str]:
 
 
 def row(case_id: str, cache: Path, n: int) -> dict:
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from rasp_programs.compile import compile_case
 
     out: dict = {"id": case_id, "compiled": False, "verified": False}
@@ -77,7 +77,7 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from rasp_programs.case import builtin_case_ids
+    from rasp_programs.lookup import builtin_case_ids
     from rasp_programs.catalogue import APPENDIX_H_IDS, NOT_BUILT
 
     ids = args.cases or builtin_case_ids()

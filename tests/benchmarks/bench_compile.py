@@ -35,7 +35,7 @@ def main() -> None:
     parser.add_argument("--cases", nargs="*", help="case ids (default: all built-in cases)")
     parser.add_argument("--repeats", type=int, default=3)
     args = parser.parse_args()
-    from rasp_programs.case import builtin_case_ids
+    from rasp_programs.lookup import builtin_case_ids
 
     results = []
     for case_id in args.cases or builtin_case_ids():

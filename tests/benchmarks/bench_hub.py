@@ -25,7 +25,7 @@ def main(case_ids: list[str]) -> dict:
     os.environ.update(HF_ENDPOINT=hub.endpoint, HF_HOME=str(tmp / "hf"), HF_HUB_DISABLE_XET="1",
                       ZOO_HOME=str(tmp / "empty"), ZOO_REPO_ID="bench/zoo")
     os.environ.pop("HF_HUB_OFFLINE", None)
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from rasp_programs.compile import compile_case
     from zoo.hub import pull_entry, push_entries
     from zoo.loader import load

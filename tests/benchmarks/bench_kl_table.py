@@ -26,7 +26,7 @@ PAPER_CASE_3 = {"natural-tracr": 6.87, "natural-siit": 0.16, "natural-iit": 0.12
 
 def ensure_entry(case_id: str, root: Path) -> float:
     """Train the SIIT entry with the CLI's defaults if the root has none; seconds spent."""
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from zoo.cli import main
 
     if (root / "entries" / get_case(case_id).entry_name).is_dir():
@@ -42,7 +42,7 @@ def ensure_entry(case_id: str, root: Path) -> float:
 def run_case(case_id: str, root: Path, epochs: int | None) -> dict:
     import torch
 
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from zoo.realism import RealismOptions, realism_case
 
     torch.set_num_threads(1)

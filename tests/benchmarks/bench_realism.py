@@ -28,7 +28,7 @@ def run_case(case_id: str, seed: int, root: Path, overrides: dict) -> dict:
     import torch
 
     from eval.core.metrics import roc
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from rasp_programs.compile import compile_case
     from siit.config import TrainConfig
     from siit.trainer import train

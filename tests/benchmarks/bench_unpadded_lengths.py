@@ -28,7 +28,7 @@ def exactness(root: Path, case_id: str, report: Callable[[str], None] = lambda l
     import torch
     from safetensors.torch import load_file
 
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from rasp_programs.compile import compile_case
     from siit.high_level import as_task
     from siit.losses import agree, predictions

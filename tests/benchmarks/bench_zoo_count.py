@@ -64,7 +64,7 @@ def behaviour(case_id: str) -> str:
     """A fingerprint of what a generated case computes: its outputs on every valid input."""
     from tracr.rasp import rasp
 
-    from rasp_programs.case import get_case
+    from rasp_programs.lookup import get_case
     from rasp_programs.generate_check import verification_inputs
 
     case = get_case(case_id)

@@ -33,7 +33,8 @@ def resolve_case(kind: str, case_id: str):
         from zoo.high_level_source import planted_task
 
         return planted_task(case_id).case
-    from rasp_programs.case import CaseError, get_case
+    from rasp_programs.case import CaseError
+    from rasp_programs.lookup import get_case
 
     try:
         return get_case(case_id)

@@ -178,7 +178,7 @@ def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
     """10x10 diverged at the trainer's default lr; `zoo train planted` takes the model's own unless
     --lr is given, and nothing else changes."""
     from siit.config import TrainConfig
-    from zoo.commands.training import with_task_defaults
+    from zoo.train_entry import with_task_defaults
 
     default = TrainConfig()
     for name in planted_names():

@@ -35,7 +35,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, float
     from siit.config import ArchConfig, TrainConfig
     from siit.trainer import train
     from siit.validation import validate_model
-    from zoo.commands.training import _summary, _write
+    from zoo.train_entry import entry_summary as _summary, write_entry_files as _write
 
     root = tmp_path_factory.mktemp("planted-root")
     task = get_planted(NAME)

@@ -24,7 +24,7 @@ def root(compiled, compile_cache: Path, tmp_path_factory: pytest.TempPathFactory
     from siit.config import TrainConfig
     from siit.trainer import train
     from siit.validation import validate_model
-    from zoo.commands.training import _write
+    from zoo.train_entry import write_entry_files as _write
 
     root = tmp_path_factory.mktemp("realism-root")
     cc = compiled("33")

@@ -195,7 +195,7 @@ def test_a_run_that_misses_its_criterion_never_replaces_one_that_met_it(compiled
     from siit.config import TrainConfig
     from siit.trainer import train
     from siit.validation import validate_model
-    from zoo.commands.training import _write
+    from zoo.train_entry import write_entry_files as _write
 
     cc = compiled("33")
     result = train(cc, TrainConfig(n_train=64, n_val=32, batch_size=32, epochs=1, eval_every=2))

@@ -129,11 +129,24 @@ def test_a_failing_case_leaves_the_others_written_and_exits_1_with_its_row(tmp_p
         server.stop()
 
 
-def _dies_on_case_4(case_id: str, options: dict, threads: int):
+def test_jobs_never_change_the_weights(tmp_path: Path, capsys) -> None:
+    """`--cases 8 --jobs 1` gives its worker the thread count `zoo train case 8` uses (one unless
+    --threads), not cores/jobs: the same weights, and training.json records the count."""
+    many, one = tmp_path / "many", tmp_path / "one"
+    code, _ = _run(["--cases", "8", "--jobs", "1", "--root", str(many)], capsys)
+    assert code == 0
+    assert main(["train", "case", "8", *TINY, "--json", "--root", str(one)]) == 0
+    capsys.readouterr()
+    weights = [(root / "entries" / "case-8" / "model.safetensors").read_bytes() for root in (many, one)]
+    assert weights[0] == weights[1]
+    assert _training(many, "case-8")["compute"]["torch_threads"] == 1 == _training(one, "case-8")["compute"]["torch_threads"]
+
+
+def _dies_on_case_4(case_id: str, options):
     """A train_many job (module level: workers import it) whose process dies outright on case 4."""
     import os
 
-    from zoo.train_many import summary_row
+    from zoo.train_summary import summary_row
 
     if case_id == "4":
         os._exit(3)
@@ -144,14 +157,15 @@ def test_a_worker_that_dies_makes_error_rows_not_a_traceback(tmp_path: Path, cap
     """A worker process that dies (a segfault, the OOM killer) breaks the process pool: its case and
     every case not yet started are error rows of the summary, the run exits 1, and the cases before
     it keep their rows."""
-    from zoo import train_many
-    from zoo.cli import build_parser
+    from siit.config import ArchConfig, TrainConfig
+    from zoo.train_entry import TrainOptions
+    from zoo.train_many import train_many
+    from zoo.train_workers import Engine
 
-    args = build_parser().parse_args(["train", "--cases", "3,4,8", "--jobs", "1", "--json",
-                                      "--root", str(tmp_path / "root")])
-    code = train_many.run(args, job=_dies_on_case_4, met_criterion=lambda path: False)
-    summary = json.loads(capsys.readouterr().out)
-    assert code == 1
+    options = TrainOptions(config=TrainConfig(), arch=ArchConfig(), root=str(tmp_path / "root"))
+    summary = train_many(["3", "4", "8"], options, Engine(jobs=1, quiet=True), job=_dies_on_case_4,
+                         met_criterion=lambda path: False)
+    assert summary["failed"] == ["4", "8"]
     assert [(r["case"], r["status"]) for r in summary["rows"]] == [("3", "met"), ("4", "error"), ("8", "error")]
     assert all("worker died" in r["error"] for r in summary["rows"][1:])
 

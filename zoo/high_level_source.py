@@ -14,6 +14,19 @@ def is_planted(case: Any) -> bool:
     return getattr(case, "family", "case") == "planted"
 
 
+def resolve_case(kind: str, case_id: str):
+    """The Case named by a kind (`case` or `planted`) and an id, or a one-line ZooError."""
+    if kind == "planted":
+        return planted_task(case_id).case
+    from rasp_programs.case import CaseError
+    from rasp_programs.lookup import get_case
+
+    try:
+        return get_case(case_id)
+    except CaseError as exc:
+        raise ZooError(str(exc)) from None
+
+
 def planted_task(name: str) -> Any:
     """The PlantedTask `name`, or a one-line ZooError naming the known ones."""
     from planted import get_planted

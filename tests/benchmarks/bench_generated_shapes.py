@@ -31,8 +31,8 @@ def run_one(case_id: str, min_d_head: int, seed: int, compiled: Path, epochs: in
 
     from siit.config import ArchConfig, TrainConfig
     from siit.trainer import train
-    from zoo.commands.common import resolve_case
-    from zoo.commands.training import with_task_defaults
+    from zoo.high_level_source import resolve_case
+    from zoo.train_entry import with_task_defaults
     from zoo.high_level_source import high_level_task
 
     torch.set_num_threads(1)

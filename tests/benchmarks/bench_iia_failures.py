@@ -28,7 +28,7 @@ def main() -> None:
 
     from siit.data import SHAPES
     from siit.losses import agree
-    from zoo.commands.validating import trained_entry
+    from zoo.validate_entry import trained_entry
 
     torch.set_num_threads(1)
     case, entry, setup, model = trained_entry(args.case, args.root)

@@ -32,7 +32,7 @@ def main() -> None:
     from siit.interventions import node_activations
     from siit.losses import agree, predictions
     from siit.transformer import Patch
-    from zoo.commands.validating import trained_entry
+    from zoo.validate_entry import trained_entry
 
     torch.set_num_threads(1)
     case, _, setup, model = trained_entry(args.case, args.root)

@@ -83,7 +83,7 @@ def run_list(args: argparse.Namespace) -> int:
 
 
 def _compile(args: argparse.Namespace, *, force: bool = False):
-    from zoo.commands.common import resolve_case
+    from zoo.high_level_source import resolve_case
     from zoo.errors import ZooError
     from zoo.paths import compiled_dir, zoo_root
 

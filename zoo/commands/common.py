@@ -1,4 +1,4 @@
-"""What every verb shares: the one-line-error parser, the common options and case resolution.
+"""What every verb shares: the one-line-error parser, the common options and progress bars.
 Standard library only (the CLI must start fast)."""
 
 from __future__ import annotations
@@ -25,21 +25,6 @@ def add_common(parser: argparse.ArgumentParser, *, kind_id: bool = True) -> None
     parser.add_argument("--root", metavar="DIR", help="zoo root (default $ZOO_HOME or ~/.cache/zoo)")
     parser.add_argument("--json", action="store_true", help="print machine-readable JSON on stdout")
     parser.add_argument("--debug", dest="sub_debug", action="store_true", help="show full tracebacks")
-
-
-def resolve_case(kind: str, case_id: str):
-    """The Case named on the command line, or a one-line ZooError."""
-    if kind == "planted":
-        from zoo.high_level_source import planted_task
-
-        return planted_task(case_id).case
-    from rasp_programs.case import CaseError
-    from rasp_programs.lookup import get_case
-
-    try:
-        return get_case(case_id)
-    except CaseError as exc:
-        raise ZooError(str(exc)) from None
 
 
 def step_bar(total: int, desc: str | None = None):

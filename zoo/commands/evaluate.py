@@ -79,7 +79,8 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from zoo.commands.common import method_bars, resolve_case
+    from zoo.commands.common import method_bars
+    from zoo.high_level_source import resolve_case
     from zoo.errors import ZooError
 
     if not args.method and not args.scores:

@@ -45,7 +45,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_realism(args: argparse.Namespace) -> int:
-    from zoo.commands.common import resolve_case
+    from zoo.high_level_source import resolve_case
     from zoo.errors import ZooError
 
     for flag, low in (("n", 2), ("bins", 1), ("threads", 1)):

@@ -1,8 +1,7 @@
-"""`zoo train case N`: compile, train with SIIT to criterion, validate, write the entry (and the
-many-case runs' per-case job, zoo.train_many).
+"""`zoo train case N` and `zoo train --all | --catalogue | --cases | --generated`: parse the options
+into a TrainOptions, call zoo.train_entry.train_entry or zoo.train_many.train_many, print the result.
 
-Top level is standard library only (the CLI must start fast); torch and siit are imported inside
-the verbs. Training never imports transformer_lens (~8 s): siit runs its own TL-format model.
+Top level is standard library only (the CLI must start fast).
 """
 
 from __future__ import annotations
@@ -11,7 +10,6 @@ import argparse
 import dataclasses
 import json
 import math
-import os
 import shutil
 import sys
 from pathlib import Path
@@ -64,7 +62,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint of an interrupted run with the same options")
     p.add_argument("--threads", type=int, default=None,
-                   help="torch CPU threads (default 1: the models are tiny; with several cases cores/jobs)")
+                   help="torch CPU threads of each training run (default 1, for one case and for every worker of many, "
+                   "whatever --jobs: the weights depend on the thread count; training.json records it)")
     many = p.add_argument_group("many cases (zoo.train_many): instead of `case <id>`; entries that met "
                                 "their criterion are skipped, exit 1 if any case failed")
     many.add_argument("--all", action="store_true", help="InterpBench's 16 main cases")
@@ -105,27 +104,33 @@ def _arch_config(args: argparse.Namespace):
     return ArchConfig() if args.min_d_head is None else ArchConfig(min_d_head=args.min_d_head)
 
 
-def job_command(case_id: str, options: dict[str, Any]) -> list[str]:
-    """The `zoo train case ID ...` that reproduces one case of a many-case run: the training options
-    the workers get (zoo.train_many._OPTIONS) as flags, those left at their defaults omitted (a
-    worker's entry must not record a bare command its options would not reproduce)."""
-    from zoo.train_many import _OPTIONS
+_OPTION_FLAGS = ("scheme", "strict_weight", "natural", "no_distractors", "epochs", "seed", "lr",
+                 "batch_size", "n_train", "min_d_head", "criterion")
+"""The training options a many-case worker's entry records as flags of its `zoo train case ID`."""
 
-    command = ["zoo", "train", "case", case_id]
+
+def option_flags(args: argparse.Namespace) -> tuple[str, ...]:
+    """The flags of `zoo train case ID ...` that reproduce one case of a many-case run, those left at
+    their defaults omitted (a worker's entry must not record a bare command its options would not
+    reproduce)."""
+    command: list[str] = []
     defaults = {"scheme": "apph", "seed": 0}  # the parser's non-None defaults
-    for key in _OPTIONS:
-        value = options.get(key)
-        if key in ("resume", "root") or value is None or value is False or defaults.get(key) == value:
+    for key in _OPTION_FLAGS:
+        value = getattr(args, key, None)
+        if value is None or value is False or defaults.get(key) == value:
             continue
         command += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
-    return command
+    return tuple(command)
 
 
-def with_task_defaults(config, task, *, lr_given: bool):
-    """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate, PlantedTask.lr)."""
-    lr = getattr(task, "lr", None)
-    return config if lr_given or lr is None else dataclasses.replace(config, lr=lr)
+def train_options(args: argparse.Namespace):
+    """The parsed options as the one object training takes (checked: bad input is a ZooError)."""
+    from zoo.train_entry import TRAIN_THREADS, TrainOptions
+
+    _check_args(args)
+    return TrainOptions(config=_train_config(args), arch=_arch_config(args), lr_given=args.lr is not None,
+                        root=args.root, resume=args.resume, threads=args.threads or TRAIN_THREADS,
+                        flags=option_flags(args))
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -144,53 +149,15 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ZooError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
 
 
-def _destination(args: argparse.Namespace, case) -> Path:
-    from zoo.paths import entries_dir, zoo_root
-
-    return Path(args.out).expanduser() if args.out else entries_dir(zoo_root(args.root)) / case.entry_name
-
-
-def _check_writable(dest: Path) -> None:
-    """The entry directory can be created or replaced, checked without writing anything."""
-    from zoo.errors import ZooError
-
-    if dest.exists() and not dest.is_dir():
-        raise ZooError(f"output {dest} exists and is not a directory")
-    parent = dest.parent
-    while not parent.exists():
-        if parent.parent == parent:
-            break
-        parent = parent.parent
-    if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
-        raise ZooError(f"cannot write the output directory {dest}: {parent} is not writable")
-
-
-def _compiled(args: argparse.Namespace, case):
-    """The high-level task of `case`: its (cached) compilation, or the planted model."""
-    from rasp_programs.compile import CompileError
-    from zoo.errors import ZooError
-    from zoo.high_level_source import high_level_task
-    from zoo.paths import compiled_dir, zoo_root
-
-    try:
-        return high_level_task(case, compiled_dir(zoo_root(args.root)))
-    except CompileError as exc:
-        raise ZooError(str(exc)) from None
-    except PermissionError as exc:
-        raise ZooError(f"cannot write the compile cache: {exc}") from None
-
-
 def run_train(args: argparse.Namespace) -> int:
-    from zoo.commands.common import resolve_case, step_bar
-    from zoo.errors import CriterionNotMet
+    from zoo.commands.common import step_bar
+    from zoo.errors import CriterionNotMet, ZooError
+    from zoo.high_level_source import resolve_case
+    from zoo.train_entry import check_writable, checkpoint_dir, destination, train_entry
 
-    from zoo import train_many
-    from zoo.errors import ZooError
-
-    if train_many.multi_requested(args):
-        _check_args(args)
-        _train_config(args)  # bad options are exit 2 before any case runs
-        return train_many.run(args, job=train_case_job, met_criterion=_met_criterion)
+    selection = _selection(args)
+    if selection.given():
+        return _run_many(args, selection)
     for flag in ("jobs", "ray"):
         if getattr(args, flag) is not None:
             raise ZooError(f"--{flag} goes with --all, --catalogue, --cases or --generated")
@@ -200,176 +167,74 @@ def run_train(args: argparse.Namespace) -> int:
     case = resolve_case(args.kind, args.id)
     if case.family == "planted" and args.min_d_head is not None:  # its architecture is the planted model's own
         raise ZooError(f"--min-d-head applies to compiled cases; planted {case.id} has its own head width")
-    dest = _destination(args, case)
-    _check_writable(dest)
-    config = _train_config(args)
+    dest = destination(args.root, args.out, case)
+    check_writable(dest)
+    options = train_options(args)
 
-    import torch
+    from siit.trainer import TrainingDiverged, TrainingInterrupted
 
-    from siit.trainer import TrainingDiverged, TrainingInterrupted, train
-    from siit.validation import validate_model
-
-    torch.set_num_threads(args.threads or 1)
-    compiled = _compiled(args, case)
-    config = with_task_defaults(config, compiled, lr_given=args.lr is not None)
-    checkpoint_dir = dest.parent / f".{dest.name}.checkpoint"
     if not args.json:
-        print(f"training {case.family} {case.id} ({case.name}), scheme {config.scheme} -> {dest}", file=sys.stderr)
-    bar = step_bar(config.max_steps)
+        print(f"training {case.family} {case.id} ({case.name}), scheme {options.config.scheme} -> {dest}",
+              file=sys.stderr)
+    bar = step_bar(options.config.max_steps)
     try:
-        result = train(compiled, config, _arch_config(args), checkpoint_dir=checkpoint_dir, resume=args.resume,
-                       progress=bar.update_to)
+        trained = train_entry(case, options, dest, progress=bar.update_to,
+                              command=["zoo", *sys.argv[1:]] if sys.argv else None)
     except TrainingInterrupted:
         bar.close()
-        print(f"zoo: checkpoint saved in {checkpoint_dir}; rerun with --resume to continue", file=sys.stderr)
+        print(f"zoo: checkpoint saved in {checkpoint_dir(dest)}; rerun with --resume to continue", file=sys.stderr)
         raise
     except TrainingDiverged as exc:  # a run that missed its criterion (exit 1), with nothing to write
         bar.close()
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)  # its last checkpoint would only resume the divergence
+        shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)  # its last checkpoint would only resume the divergence
         raise CriterionNotMet(f"{case.family} {case.id}: {exc}; no entry written (try a smaller --lr)") from None
     finally:
         bar.close()
-    validation = validate_model(result.model, result.evaluator)
-    dest = _write(dest, compiled, result=result, validation=validation,
-                  command=["zoo", *sys.argv[1:]] if sys.argv else None)
-    shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    summary = _summary(case, dest, result, validation)
+    summary, result = trained.summary, trained.result
     if args.json:
         print(json.dumps(summary, indent=1))
     else:
         _print_summary(summary)
     if not result.met_criterion:
         raise CriterionNotMet(
-            f"{case.family} {case.id}: criterion {config.criterion} not met after {result.steps} steps "
+            f"{case.family} {case.id}: criterion {result.config.criterion} not met after {result.steps} steps "
             f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
-            f"SIIA min {summary['siia_min']:.4f}); entry written to {dest} with met_criterion=false")
+            f"SIIA min {summary['siia_min']:.4f}); entry written to {trained.dest} with met_criterion=false")
     return 0
 
 
-def train_case_job(case_id: str, options: dict[str, Any], threads: int) -> tuple[dict[str, Any], dict[str, bytes] | None]:
-    """One case of `zoo train --all` (zoo.train_many), in a worker process or a Ray task: compile,
-    train, validate; return the summary row and the entry's files as bytes (installed by the
-    driver, so a Ray node needs no shared disk). Any failure is a row, never an exception."""
-    import time
+def _selection(args: argparse.Namespace):
+    from zoo.train_many import CaseSelection
 
-    from zoo.train_many import summary_row
-
-    start = time.perf_counter()
-    try:
-        return _train_case_job(case_id, options, threads, start)
-    except BaseException as exc:  # noqa: BLE001 - a failed case is a row; Ctrl-C ends only this case
-        return summary_row(case_id, "error", wall=time.perf_counter() - start,
-                           error=f"{type(exc).__name__}: {exc}".splitlines()[0][:300]), None
+    return CaseSelection(all=args.all, catalogue=args.catalogue, cases=args.cases, generated=args.generated,
+                         generated_seed=args.generated_seed)
 
 
-def _train_case_job(case_id: str, options: dict[str, Any], threads: int, start: float):
-    import tempfile
-    import time
+def _run_many(args: argparse.Namespace, selection) -> int:
+    from zoo.errors import ZooError
+    from zoo.train_many import SUMMARY_FILE, case_ids, train_many
+    from zoo.train_summary import format_table
+    from zoo.train_workers import Engine, check_engine
 
-    import torch
-
-    from siit.trainer import train
-    from siit.validation import validate_model
-    from zoo.artifact import read_entry
-    from zoo.commands.common import resolve_case
-    from zoo.paths import entries_dir
-    from zoo.train_many import summary_row
-
-    torch.set_num_threads(threads)
-    args = argparse.Namespace(kind="case", id=case_id, **options)
-    case = resolve_case("case", case_id)
-    config = _train_config(args)
-    try:
-        compiled = _compiled(args, case)
-    except Exception:  # noqa: BLE001 - the root's compile cache is not writable here (a Ray node)
-        args.root = tempfile.mkdtemp(prefix="zoo-compile-")
-        compiled = _compiled(args, case)
-    checkpoint_dir: Path | None = entries_dir(Path(options["root"])) / f".{case.entry_name}.checkpoint"
-    try:
-        checkpoint_dir.parent.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        checkpoint_dir = None
-    result = train(compiled, config, _arch_config(args), checkpoint_dir=checkpoint_dir, resume=options["resume"])
-    validation = validate_model(result.model, result.evaluator)
-    with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
-        dest = _write(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,
-                      command=job_command(case_id, options))
-        files = dict(read_entry(dest).data)
-    if checkpoint_dir is not None:
-        shutil.rmtree(checkpoint_dir, ignore_errors=True)
-    m = result.metrics
-    row = summary_row(case_id, "met" if result.met_criterion else "not met", met=result.met_criterion,
-                      steps=result.steps, wall=time.perf_counter() - start, accuracy=m["accuracy"],
-                      iia=m["iia_min"], siia=m["siia_min"], siia_all=m["siia_all"],
-                      effect=validation["max_out_of_circuit_effect"]["resample"])
-    return row, files
-
-
-def _write(dest: Path, compiled, *, result, validation, command) -> Path:
-    """Write the entry and return where: `dest`, unless this run missed its criterion and `dest`
-    holds an entry that met it; then beside it (`case-33.failed/`, not an entry name), and the
-    good entry is kept. NaN anywhere in the files is refused (zoo.artifact), nothing written."""
-    from siit.export import case_json, circuit_json, training_json
-    from zoo.artifact import FAILED_SUFFIX, write_entry
-    from zoo.card import render_model_card
-
-    from zoo.inert_edges import inert_section
-
-    circuit = circuit_json(compiled, result.correspondence)
-    # validation.json lists the labelled edges no counterfactual moves (issue 10), computed here so
-    # that siit's validation stays model-only
-    validation = {**validation, "inert_edges": inert_section(result.low_config, result.model.state_dict(), circuit,
-                                                             compiled)}
-    files = {
-        "config.json": result.low_config,
-        "circuit.json": circuit,
-        "case.json": case_json(compiled),
-        "training.json": training_json(result, command=command),
-        "validation.json": validation,
-    }
-    readme = render_model_card(name=dest.name, config=files["config.json"], circuit=files["circuit.json"],
-                               case=files["case.json"], training=files["training.json"],
-                               validation=validation)
-    if not result.met_criterion and _met_criterion(dest):
-        kept, dest = dest, dest.with_name(dest.name + FAILED_SUFFIX)
-        print(f"zoo: kept the entry in {kept} (it met its criterion); this run's entry goes to {dest}",
-              file=sys.stderr)
-    write_entry(dest, state_dict=result.model.state_dict(), json_files=files, readme=readme)
-    return dest
-
-
-def _met_criterion(entry_dir: Path) -> bool:
-    """Whether `entry_dir` holds a readable entry that nothing says failed: its training met its
-    criterion, or it has no training.json (a pulled or hand-made entry, which loads and pulls as
-    good): a run that missed its criterion never replaces it, and many-case runs skip it."""
-    from zoo.artifact import ArtifactError, read_entry
-
-    if not entry_dir.is_dir():
-        return False
-    try:
-        training = read_entry(entry_dir).json("training.json")
-    except ArtifactError:
-        return False  # no usable entry there: nothing better to keep
-    return training is None or training.get("met_criterion") is True
-
-
-def _summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[str, Any]:
-    m = result.metrics
-    return {
-        "id": case.id, "family": case.family, "entry": str(dest), "met_criterion": result.met_criterion,
-        "steps": result.steps, "epochs": round(result.steps / result.config.steps_per_epoch, 3),
-        "wall_time_s": round(result.seconds, 3),
-        "accuracy": m["accuracy"], "iia": m["iia"], "iia_min": m["iia_min"],
-        "siia": m["siia"], "siia_min": m["siia_min"], "siia_all": m["siia_all"],
-        "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],
-        "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
-        "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
-        "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
-        "distractor_r2_min": m.get("distractor_r2_min"),
-        "by_shape": m.get("by_shape"),
-        "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},
-        "variance_floor_ratio": validation["realism"]["variance_floor_ratio"],
-    }
+    options = train_options(args)  # bad options are exit 2 before any case runs
+    given = selection.given()
+    if len(given) > 1:
+        raise ZooError(f"give one of --all, --catalogue, --cases, --generated, not {' and '.join(given)}")
+    if args.kind or args.id:
+        raise ZooError(f"give either `case <id>` or {given[0]}, not both")
+    if args.out:
+        raise ZooError(f"--out names one entry; {given[0]} writes entries under --root")
+    engine = Engine(jobs=args.jobs, ray=args.ray, quiet=args.json)
+    check_engine(engine)
+    summary = train_many(case_ids(selection), options, engine)
+    if args.json:
+        print(json.dumps(summary, indent=1))
+    else:
+        print(format_table(summary["rows"]))
+        print(f"{summary['trained']} trained, {summary['skipped']} skipped, {len(summary['failed'])} failed"
+              f"{' (' + ', '.join(summary['failed']) + ')' if summary['failed'] else ''} in "
+              f"{summary['wall_s']:.1f} s; summary in {Path(summary['root']) / SUMMARY_FILE}")
+    return 1 if summary["failed"] else 0
 
 
 def _print_summary(s: dict[str, Any]) -> None:

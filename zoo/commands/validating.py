@@ -1,8 +1,6 @@
-"""`zoo validate case N` (recompute validation.json of a trained entry), and the trained entry rebuilt
-with the setup it was judged on (for validate and the benchmarks that study an entry).
+"""`zoo validate case N`: recompute validation.json of a trained entry (zoo.validate_entry) and print it.
 
-Top level is standard library only (the CLI must start fast); torch and siit are imported inside
-the functions.
+Top level is standard library only (the CLI must start fast).
 """
 
 from __future__ import annotations
@@ -24,75 +22,14 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.set_defaults(func=run_validate)
 
 
-def entry_setup(compiled, entry, dest: Path):
-    """(siit.trainer's setup, the low-level model) of a trained entry, rebuilt from its recorded
-    training config: the validation data and evaluators it was judged on. Refuses an entry whose
-    circuit.json names another correspondence than that config implies."""
-    from siit.export import config_from_training_json, correspondence_from_circuit_json
-    from siit.trainer import prepare
-    from siit.transformer import Transformer
-    from zoo.errors import ZooError
-
-    config, arch = config_from_training_json(entry.training)
-    setup = prepare(compiled, config, arch)
-    high_layout = {"n_layers": setup.corr.high.n_layers, "n_heads": setup.corr.high.n_heads}
-    corr = correspondence_from_circuit_json(entry.circuit_json, high_layout, entry.config)
-    if corr.mapping != setup.corr.mapping:
-        raise ZooError(f"entry {dest}: its correspondence differs from the one its training config implies")
-    return setup, Transformer.from_state_dict(entry.config, entry.state_dict)
-
-
-def trained_entry(case_id: str, root: str | None):
-    """(case, entry, setup, model) of the trained entry of case `case_id` in the zoo root (None:
-    $ZOO_HOME or ~/.cache/zoo), rebuilt by entry_setup: for the benchmarks that study an entry."""
-    from zoo.commands.common import resolve_case
-    from zoo.entry import load_entry_dir
-    from zoo.high_level_source import high_level_task
-    from zoo.paths import compiled_dir, entries_dir, zoo_root
-
-    case = resolve_case("case", case_id)
-    root_dir = zoo_root(root)
-    dest = entries_dir(root_dir) / case.entry_name
-    entry = load_entry_dir(dest)  # the root exists, since the entry does: compile into its cache
-    task = high_level_task(case, compiled_dir(root_dir))
-    return (case, entry, *entry_setup(task, entry, dest))
-
-
 def run_validate(args: argparse.Namespace) -> int:
-    from zoo.artifact import ArtifactError
-    from zoo.commands.common import resolve_case
-    from zoo.commands.training import _check_writable, _compiled, _destination
-    from zoo.entry import load_entry_dir
-    from zoo.errors import ZooError
+    from zoo.high_level_source import resolve_case
+    from zoo.train_entry import destination
+    from zoo.validate_entry import revalidate_entry
 
     case = resolve_case(args.kind, args.id)
-    dest = _destination(args, case)
-    try:
-        entry = load_entry_dir(dest)
-    except ArtifactError as exc:
-        raise ZooError(str(exc)) from None
-    if entry.training is None:
-        raise ZooError(f"entry {dest} has no training.json: nothing to validate against")
-    _check_writable(dest)
-    import torch
-
-    torch.set_num_threads(1)
-    from siit.validation import validate_model
-    from zoo.artifact import write_entry
-    from zoo.card import render_model_card
-
-    compiled = _compiled(args, case)
-    setup, model = entry_setup(compiled, entry, dest)
-    from zoo.inert_edges import inert_section
-
-    validation = {**validate_model(model, setup.final_evaluator),
-                  "inert_edges": inert_section(entry.config, entry.state_dict, entry.circuit_json, compiled)}
-    files = {name: data for name, data in (("config.json", entry.config), ("circuit.json", entry.circuit_json),
-                                           ("case.json", entry.case_json), ("training.json", entry.training))}
-    files["validation.json"] = validation
-    readme = render_model_card(name=dest.name, config=entry.config, circuit=entry.circuit_json,
-                               case=entry.case_json, training=entry.training, validation=validation)
-    write_entry(dest, state_dict=entry.state_dict, json_files=files, readme=readme)
+    dest = destination(args.root, args.out, case)
+    validation = revalidate_entry(case, dest, args.root)
     m = validation["metrics"]
     out = {"entry": str(dest), "accuracy": m["accuracy"], "iia": m["iia"], "siia_min": m["siia_min"],
            "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],

@@ -6,7 +6,7 @@ the compiled model and the labels of high-level graph nodes, so they are chosen 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection
+from collections.abc import Callable
 from typing import Any
 
 from tracr.rasp import rasp
@@ -16,12 +16,6 @@ def make_length(name: str = "length") -> rasp.SOp:
     """Length of the sequence at every position (SelectorWidth of an all-true selector)."""
     all_true = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.TRUE).named(f"{name}_select")
     return rasp.SelectorWidth(all_true).named(name)
-
-
-def shift_by(offset: int, sop: rasp.SOp, name: str | None = None) -> rasp.SOp:
-    """`sop` read `offset` positions back (offset > 0) or ahead (offset < 0); None off the edge."""
-    select = rasp.Select(rasp.indices, rasp.indices, lambda k, q: q == k + offset)
-    return rasp.Aggregate(select, sop, default=None).named(name or f"shift_{offset}_{sop.label}")
 
 
 def frac_prevs(values: rasp.SOp, name: str = "frac_prevs") -> rasp.SOp:
@@ -75,9 +69,3 @@ def histogram(name: str = "hist") -> rasp.SOp:
     """How often each position's token occurs in the whole sequence."""
     same = rasp.Select(rasp.tokens, rasp.tokens, rasp.Comparison.EQ).named(f"{name}_select")
     return rasp.SelectorWidth(same).named(name)
-
-
-def in_set(values: Collection[Any]) -> Callable[[Any], bool]:
-    """Membership test usable in a Map (a plain function, so the program stays picklable-free)."""
-    members = frozenset(values)
-    return lambda x: x in members

@@ -212,42 +212,11 @@ def render_model_card(
     nodes, edges = circuit.get("nodes", []), circuit.get("edges", [])
     task_kind = case.get("task_kind", "classification")
     planted = case.get("family") == "planted"
-    front: dict[str, Any] = {
-        "license": LICENSE,
-        "library_name": "transformer-lens",
-        "tags": [t for t in TAGS if t not in ("tracr", "rasp")] + ["planted-circuit"] if planted else TAGS,
-        "zoo": {
-            "entry": name,
-            "case_id": str(case.get("id", "")),
-            "task_kind": task_kind,
-            "circuit": {"granularity": circuit.get("granularity", "head"),
-                        "n_nodes": len(nodes), "n_edges": len(edges)},
-            "validation": figures,
-        },
-    }
-    if figures:
-        front["model-index"] = [{
-            "name": name,
-            "results": [{
-                "task": {"type": "token-classification" if task_kind == "classification" else "regression",
-                         "name": case.get("name") or name},
-                "dataset": {"type": "synthetic", "name": f"{name} held-out inputs (seeded sampler)"},
-                "metrics": [{"type": k, "value": float(v), "name": METRIC_NAMES.get(k, k)}
-                            for k, v in figures.items() if k not in COUNTS],
-            }],
-        }]
-    labels = circuit.get("labels", {}) or {}
-    node_table = "\n".join(["| node | computes |", "| --- | --- |"]
-                           + [f"| `{n}` | {cell(labels.get(n, ''))} |" for n in nodes])
-    corr = circuit.get("correspondence")
-    correspondence = ""
-    if corr:
-        correspondence = "\nCorrespondence (high-level node -> low-level nodes): " + ", ".join(
-            f"`{k}` -> {', '.join(f'`{x}`' for x in v)}" for k, v in corr.items()) + "\n"
+    node_table, correspondence = _circuit_tables(circuit)
     output = case.get("encoding", {}).get("output_vocab")
     notes = f"- Note: {case['notes']}\n" if case.get("notes") else ""
     values = {
-        "front_matter": _front_matter(front),
+        "front_matter": _front_matter(_card_front(name, case, circuit, figures)),
         "name": name,
         "title": case.get("name") or name,
         "description": case.get("description", ""),
@@ -318,3 +287,49 @@ def front_matter(card: str) -> dict[str, Any]:
         raise ValueError("card's YAML front matter is not closed")
     data = yaml.safe_load(block)
     return json.loads(json.dumps(data))  # plain JSON-native data
+
+
+def _card_front(name: str, case: dict[str, Any], circuit: dict[str, Any], figures: dict[str, Any]) -> dict[str, Any]:
+    """The model card's YAML front matter: license, library, tags, zoo fields and the model-index."""
+    nodes, edges = circuit.get("nodes", []), circuit.get("edges", [])
+    task_kind = case.get("task_kind", "classification")
+    planted = case.get("family") == "planted"
+    front: dict[str, Any] = {
+        "license": LICENSE,
+        "library_name": "transformer-lens",
+        "tags": [t for t in TAGS if t not in ("tracr", "rasp")] + ["planted-circuit"] if planted else TAGS,
+        "zoo": {
+            "entry": name,
+            "case_id": str(case.get("id", "")),
+            "task_kind": task_kind,
+            "circuit": {"granularity": circuit.get("granularity", "head"),
+                        "n_nodes": len(nodes), "n_edges": len(edges)},
+            "validation": figures,
+        },
+    }
+    if figures:
+        front["model-index"] = [{
+            "name": name,
+            "results": [{
+                "task": {"type": "token-classification" if task_kind == "classification" else "regression",
+                         "name": case.get("name") or name},
+                "dataset": {"type": "synthetic", "name": f"{name} held-out inputs (seeded sampler)"},
+                "metrics": [{"type": k, "value": float(v), "name": METRIC_NAMES.get(k, k)}
+                            for k, v in figures.items() if k not in COUNTS],
+            }],
+        }]
+    return front
+
+
+def _circuit_tables(circuit: dict[str, Any]) -> tuple[str, str]:
+    """The card's node table (node, what it computes) and its correspondence line."""
+    nodes = circuit.get("nodes", [])
+    labels = circuit.get("labels", {}) or {}
+    node_table = "\n".join(["| node | computes |", "| --- | --- |"]
+                           + [f"| `{n}` | {cell(labels.get(n, ''))} |" for n in nodes])
+    corr = circuit.get("correspondence")
+    correspondence = ""
+    if corr:
+        correspondence = "\nCorrespondence (high-level node -> low-level nodes): " + ", ".join(
+            f"`{k}` -> {', '.join(f'`{x}`' for x in v)}" for k, v in corr.items()) + "\n"
+    return node_table, correspondence

@@ -112,18 +112,7 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
     results = []
     for method in resolved:
         start = time.perf_counter()
-        runs = s.stability_seeds if method.seeded and s.stability_seeds > 1 else 1
-        out = call_method(method, t.model, task, graph=graph, seed=s.seed, ablation=s.ablation,
-                          progress=progress(method.key, 0, runs) if progress else None)
-        if save_scores is not None:
-            save_output(out, graph, Path(save_scores), method.key,
-                        cfg={"case": t.case.id, "model": t.which, "seed": s.seed, "n": s.n, "ablation": s.ablation})
-        reruns = []
-        if method.seeded and s.stability_seeds > 1:
-            for k in range(1, s.stability_seeds):
-                task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
-                reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation,
-                                          progress=progress(method.key, k, runs) if progress else None))
+        out, reruns = _run_method(method, t, task, graph, s, save_scores, progress)
         results.append(_score(method.key, method.name, out, reruns, time.perf_counter() - start, t, graph, ctx, nb,
                               s, inert))
     for path, out in files:
@@ -138,24 +127,47 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
         entry={"name": t.name, "case": t.case.id, "model": t.which, "path": t.path, "task_kind": t.case.task_kind},
         ground_truth=truth.to_json(), graph={**graph.to_json(), "edges": len(graph.edges),
                                              "edges_qkv": len(graph.at("qkv").edges)},
-        settings={**dataclasses.asdict(s), "weights": dict(s.weights) if s.weights else None,
-                  "stability_run_seeds": [s.seed + k for k in range(max(1, s.stability_seeds))],
-                  "torch_threads": torch.get_num_threads(),  # float results and times depend on it
-                  "method_options": {m.key: dataclasses.asdict(o) for m in resolved
-                                     if (o := options_of(m)) is not None},
-                  "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
-                  "labels": "reference (compiled) model outputs",
-                  "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
-                  "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges "
-                                   "(inert.edges)",
-                  "roc_scores": "absolute values",
-                  "chance": "eval.scoring.chance: exact expected AUROC of random scores of the method's kind (node, "
-                            "head-edge or q/k/v-edge) under the report's promotion rules; circuit methods: "
-                            "random circuits of the same sizes, seeded Monte Carlo with standard error",
-                  "mib_circuits": "top floor(k|E|) q/k/v edges (signed for CPR, |score| for CMD), pruned as "
-                                  "EAP-IG's Graph.prune; head-level scores copied to their q/k/v edges"},
+        settings=_report_settings(s, resolved),
         methods=tuple(results), convergence=conv, versions=versions(), inert=inert,
     )
+
+
+def _run_method(method: Method, t: Target, task: Any, graph: ComputationGraph, s: Settings,
+                save_scores: str | Path | None, progress: RunProgress | None) -> tuple[MethodOutput, list[MethodOutput]]:
+    """One method's main run (saved as MIB files with save_scores) and its stability reruns."""
+    runs = s.stability_seeds if method.seeded and s.stability_seeds > 1 else 1
+    out = call_method(method, t.model, task, graph=graph, seed=s.seed, ablation=s.ablation,
+                      progress=progress(method.key, 0, runs) if progress else None)
+    if save_scores is not None:
+        save_output(out, graph, Path(save_scores), method.key,
+                    cfg={"case": t.case.id, "model": t.which, "seed": s.seed, "n": s.n, "ablation": s.ablation})
+    reruns = []
+    if method.seeded and s.stability_seeds > 1:
+        for k in range(1, s.stability_seeds):
+            task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
+            reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation,
+                                      progress=progress(method.key, k, runs) if progress else None))
+    return out, reruns
+
+
+def _report_settings(s: Settings, resolved: list[Method]) -> dict[str, Any]:
+    """The report's settings: every Settings field and what the numbers depend on."""
+    return {**dataclasses.asdict(s), "weights": dict(s.weights) if s.weights else None,
+            "stability_run_seeds": [s.seed + k for k in range(max(1, s.stability_seeds))],
+            "torch_threads": torch.get_num_threads(),  # float results and times depend on it
+            "method_options": {m.key: dataclasses.asdict(o) for m in resolved
+                               if (o := options_of(m)) is not None},
+            "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
+            "labels": "reference (compiled) model outputs",
+            "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
+            "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges "
+                             "(inert.edges)",
+            "roc_scores": "absolute values",
+            "chance": "eval.scoring.chance: exact expected AUROC of random scores of the method's kind (node, "
+                      "head-edge or q/k/v-edge) under the report's promotion rules; circuit methods: "
+                      "random circuits of the same sizes, seeded Monte Carlo with standard error",
+            "mib_circuits": "top floor(k|E|) q/k/v edges (signed for CPR, |score| for CMD), pruned as "
+                            "EAP-IG's Graph.prune; head-level scores copied to their q/k/v edges"}
 
 
 def inert_truth(ctx: Any, graph: ComputationGraph, truth: Circuit, atol: float) -> Inert:
@@ -193,66 +205,40 @@ def _edge_scores(out: MethodOutput, graph: ComputationGraph) -> dict[tuple[str, 
     return nodes_to_edge_scores(graph, _node_scores(out, graph))
 
 
-def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], seconds: float, t: Target,
-           graph: ComputationGraph, ctx: Any, nb: Any, s: Settings, inert: Inert) -> MethodResult:
-    start = time.perf_counter()
-    truth_nodes = set(t.truth.nodes)
-    # inert ground-truth edges are neither positives nor negatives: no counterfactual can find them
+@dataclasses.dataclass(frozen=True)
+class _Truth:
+    """The ground truth a method is scored against, inert edges left out of both classes."""
+
+    nodes: set[str]
+    edges: set[tuple[str, str]]
+    edge_names: set[str]
+    skip: set[str]
+    """Inert ground-truth edges: neither positives nor negatives, no counterfactual can find them."""
+    skip_pairs: set[tuple[str, str]]
+    edge_universe: list[str]
+
+
+def _truth(t: Target, graph: ComputationGraph, inert: Inert) -> _Truth:
     skip = set(inert.edges)
     skip_pairs = {(a, b) for a, b in graph.edges if f"{a}->{b}" in skip}
     truth_edges = {(a, b) for a, b in t.truth.edges} - skip_pairs
-    edge_universe = [f"{a}->{b}" for a, b in graph.edges if f"{a}->{b}" not in skip]
-    truth_edge_names = {f"{a}->{b}" for a, b in truth_edges}
+    return _Truth(nodes=set(t.truth.nodes), edges=truth_edges, edge_names={f"{a}->{b}" for a, b in truth_edges},
+                  skip=skip, skip_pairs=skip_pairs,
+                  edge_universe=[f"{a}->{b}" for a, b in graph.edges if f"{a}->{b}" not in skip])
+
+
+def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], seconds: float, t: Target,
+           graph: ComputationGraph, ctx: Any, nb: Any, s: Settings, inert: Inert) -> MethodResult:
+    start = time.perf_counter()
+    tr = _truth(t, graph, inert)
     identified = identified_set(out, graph, s.relative_threshold)
     circuits = None
     mib = None
     if out.circuits is None:
-        node_scores = _node_scores(out, graph)
-        edge_scores = _edge_scores(out, graph)
-        named_edges = {f"{a}->{b}": abs(v) for (a, b), v in edge_scores.items() if f"{a}->{b}" not in skip}
-        node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
-        edge_roc = roc(named_edges, truth_edge_names)
-        chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores),
-                             exclude=skip_pairs)
-        rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
-        edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
-        node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
-                                 at_threshold=prf(identified, truth_nodes),
-                                 at_top_k=prf(top_k({c: abs(v) for c, v in node_scores.items()}, len(truth_nodes)), truth_nodes),
-                                 n_positive=len(truth_nodes), n_total=len(graph.components),
-                                 chance=chance.node_auroc, chance_rule=chance.rule)
-        edge_level = LevelResult(level="edge", auroc=edge_roc.auroc, roc=edge_roc, auroc_kind="threshold_sweep",
-                                 at_threshold=prf(edge_ident, truth_edge_names),
-                                 at_top_k=prf(top_k(named_edges, len(truth_edges)), truth_edge_names),
-                                 n_positive=len(truth_edges), n_total=len(edge_universe),
-                                 chance=chance.edge_auroc, chance_rule=chance.rule, excluded=tuple(sorted(skip)))
-        # MIB ranks q/k/v edges: the method's own edge scores, unpromoted (head-level ones are copied)
-        mib = mib_curve(ctx, out.edge_scores if out.edge_scores is not None else edge_scores, s.mib_sizes)
+        node_level, edge_level, mib, node_scores = _score_scorer(out, graph, ctx, s, tr, identified)
     else:
         node_scores = None
-        node_pts, edge_pts, circuits = [], [], []
-        for run in out.circuits:
-            run_pairs = run.edges if run.edges is not None else circuit_edges(graph, run.nodes)
-            run_edges = {f"{a}->{b}" for a, b in run_pairs} - skip
-            node_pts.append(roc_point(run.nodes, truth_nodes, graph.components))
-            edge_pts.append(roc_point(run_edges, truth_edge_names, edge_universe))
-            circuits.append({"param": run.param, "nodes": sorted(run.nodes), "node_point": node_pts[-1],
-                             "edge_point": edge_pts[-1]})
-        first_edges = {f"{a}->{b}" for a, b in (out.circuits[0].edges if out.circuits[0].edges is not None
-                                                 else circuit_edges(graph, out.circuits[0].nodes))} - skip
-        n_roc, e_roc = pessimistic_auroc(node_pts), pessimistic_auroc(edge_pts)
-        cc = circuit_chance(graph, truth_nodes, truth_edges,
-                            [(len(r.nodes), len(r.edges) if r.edges is not None else None) for r in out.circuits],
-                            draws=s.chance_draws, seed=s.seed, exclude=skip_pairs)
-        node_level = LevelResult(level="node", auroc=n_roc.auroc, roc=n_roc, auroc_kind="pessimistic",
-                                 at_threshold=prf(identified, truth_nodes), at_top_k=None,
-                                 n_positive=len(truth_nodes), n_total=len(graph.components),
-                                 chance=cc.node_auroc, chance_se=cc.node_se, chance_rule=cc.rule)
-        edge_level = LevelResult(level="edge", auroc=e_roc.auroc, roc=e_roc, auroc_kind="pessimistic",
-                                 at_threshold=prf(first_edges, truth_edge_names), at_top_k=None,
-                                 n_positive=len(truth_edges), n_total=len(edge_universe),
-                                 chance=cc.edge_auroc, chance_se=cc.edge_se, chance_rule=cc.rule,
-                                 excluded=tuple(sorted(skip)))
+        node_level, edge_level, circuits = _score_circuits(out, graph, s, tr, identified)
     sets = [identified] + [identified_set(r, graph, s.relative_threshold) for r in reruns]
     stability = mean_pairwise_jaccard(sets) if len(sets) > 1 else None
     cb = causal_bench(nb, identified, stability=stability, weights=s.weights, cos_threshold=s.cos_threshold)
@@ -263,3 +249,63 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
         stability_sets=tuple(tuple(sorted(x)) for x in sets) if len(sets) > 1 else None,
         seconds=seconds, eval_seconds=time.perf_counter() - start,
     )
+
+
+def _score_scorer(out: MethodOutput, graph: ComputationGraph, ctx: Any, s: Settings, tr: _Truth,
+                  identified: set[str]) -> tuple[LevelResult, LevelResult, Any, dict[str, float]]:
+    """A scorer's node and edge results (threshold sweeps), its MIB curve and its node scores."""
+    truth_nodes, truth_edges, truth_edge_names = tr.nodes, tr.edges, tr.edge_names
+    skip, skip_pairs, edge_universe = tr.skip, tr.skip_pairs, tr.edge_universe
+    node_scores = _node_scores(out, graph)
+    edge_scores = _edge_scores(out, graph)
+    named_edges = {f"{a}->{b}": abs(v) for (a, b), v in edge_scores.items() if f"{a}->{b}" not in skip}
+    node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
+    edge_roc = roc(named_edges, truth_edge_names)
+    chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores),
+                         exclude=skip_pairs)
+    rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
+    edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
+    node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
+                             at_threshold=prf(identified, truth_nodes),
+                             at_top_k=prf(top_k({c: abs(v) for c, v in node_scores.items()}, len(truth_nodes)), truth_nodes),
+                             n_positive=len(truth_nodes), n_total=len(graph.components),
+                             chance=chance.node_auroc, chance_rule=chance.rule)
+    edge_level = LevelResult(level="edge", auroc=edge_roc.auroc, roc=edge_roc, auroc_kind="threshold_sweep",
+                             at_threshold=prf(edge_ident, truth_edge_names),
+                             at_top_k=prf(top_k(named_edges, len(truth_edges)), truth_edge_names),
+                             n_positive=len(truth_edges), n_total=len(edge_universe),
+                             chance=chance.edge_auroc, chance_rule=chance.rule, excluded=tuple(sorted(skip)))
+    # MIB ranks q/k/v edges: the method's own edge scores, unpromoted (head-level ones are copied)
+    mib = mib_curve(ctx, out.edge_scores if out.edge_scores is not None else edge_scores, s.mib_sizes)
+    return node_level, edge_level, mib, node_scores
+
+
+def _score_circuits(out: MethodOutput, graph: ComputationGraph, s: Settings, tr: _Truth,
+                    identified: set[str]) -> tuple[LevelResult, LevelResult, list[dict[str, Any]]]:
+    """A circuit method's node and edge results (pessimistic AUROC over its circuits) and its circuits."""
+    truth_nodes, truth_edges, truth_edge_names = tr.nodes, tr.edges, tr.edge_names
+    skip, skip_pairs, edge_universe = tr.skip, tr.skip_pairs, tr.edge_universe
+    node_pts, edge_pts, circuits = [], [], []
+    for run in out.circuits:
+        run_pairs = run.edges if run.edges is not None else circuit_edges(graph, run.nodes)
+        run_edges = {f"{a}->{b}" for a, b in run_pairs} - skip
+        node_pts.append(roc_point(run.nodes, truth_nodes, graph.components))
+        edge_pts.append(roc_point(run_edges, truth_edge_names, edge_universe))
+        circuits.append({"param": run.param, "nodes": sorted(run.nodes), "node_point": node_pts[-1],
+                         "edge_point": edge_pts[-1]})
+    first_edges = {f"{a}->{b}" for a, b in (out.circuits[0].edges if out.circuits[0].edges is not None
+                                             else circuit_edges(graph, out.circuits[0].nodes))} - skip
+    n_roc, e_roc = pessimistic_auroc(node_pts), pessimistic_auroc(edge_pts)
+    cc = circuit_chance(graph, truth_nodes, truth_edges,
+                        [(len(r.nodes), len(r.edges) if r.edges is not None else None) for r in out.circuits],
+                        draws=s.chance_draws, seed=s.seed, exclude=skip_pairs)
+    node_level = LevelResult(level="node", auroc=n_roc.auroc, roc=n_roc, auroc_kind="pessimistic",
+                             at_threshold=prf(identified, truth_nodes), at_top_k=None,
+                             n_positive=len(truth_nodes), n_total=len(graph.components),
+                             chance=cc.node_auroc, chance_se=cc.node_se, chance_rule=cc.rule)
+    edge_level = LevelResult(level="edge", auroc=e_roc.auroc, roc=e_roc, auroc_kind="pessimistic",
+                             at_threshold=prf(first_edges, truth_edge_names), at_top_k=None,
+                             n_positive=len(truth_edges), n_total=len(edge_universe),
+                             chance=cc.edge_auroc, chance_se=cc.edge_se, chance_rule=cc.rule,
+                             excluded=tuple(sorted(skip)))
+    return node_level, edge_level, circuits

@@ -4,6 +4,7 @@ permutation null with the observed value, Jaccard heatmap, MIB faithfulness curv
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from eval.evaluator.report import EvalReport
 
@@ -16,7 +17,6 @@ def write_plots(report: EvalReport, out_dir: str | Path) -> list[Path]:
 
     matplotlib.use("Agg")  # no display; select before pyplot is imported
     import matplotlib.pyplot as plt
-    import numpy as np
 
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -30,6 +30,12 @@ def write_plots(report: EvalReport, out_dir: str | Path) -> list[Path]:
         plt.close(fig)
         written.append(path)
 
+    for plot in (_roc_plots, _radar_plot, _mib_plot, _convergence_plots):
+        plot(report, name, plt, save)
+    return written
+
+
+def _roc_plots(report: EvalReport, name: str, plt: Any, save: Any) -> None:
     for level in ("node", "edge"):
         fig, ax = plt.subplots(figsize=(5, 5))
         for m in report.methods:
@@ -41,6 +47,10 @@ def write_plots(report: EvalReport, out_dir: str | Path) -> list[Path]:
                xlim=(-0.02, 1.02), ylim=(-0.02, 1.02))
         ax.legend(fontsize=8, loc="lower right")
         save(fig, f"roc_{level}.png")
+
+
+def _radar_plot(report: EvalReport, name: str, plt: Any, save: Any) -> None:
+    import numpy as np
 
     angles = np.linspace(0, 2 * np.pi, len(RADAR_AXES), endpoint=False).tolist()
     fig, ax = plt.subplots(figsize=(5.5, 5.5), subplot_kw={"polar": True})
@@ -56,6 +66,8 @@ def write_plots(report: EvalReport, out_dir: str | Path) -> list[Path]:
     ax.legend(fontsize=7, loc="upper right", bbox_to_anchor=(1.35, 1.1))
     save(fig, "causal_bench_radar.png")
 
+
+def _mib_plot(report: EvalReport, name: str, plt: Any, save: Any) -> None:
     scorers = [m for m in report.methods if m.mib is not None]
     if scorers:
         fig, ax = plt.subplots(figsize=(6, 4))
@@ -66,6 +78,10 @@ def write_plots(report: EvalReport, out_dir: str | Path) -> list[Path]:
                title=f"{name}: MIB faithfulness (signed ranking)")
         ax.legend(fontsize=8)
         save(fig, "mib_faithfulness.png")
+
+
+def _convergence_plots(report: EvalReport, name: str, plt: Any, save: Any) -> None:
+    import numpy as np
 
     c = report.convergence
     if c is not None:
@@ -86,4 +102,3 @@ def write_plots(report: EvalReport, out_dir: str | Path) -> list[Path]:
         fig.colorbar(im, ax=ax)
         ax.set_title(f"{name}: Jaccard between methods")
         save(fig, "jaccard_heatmap.png")
-    return written

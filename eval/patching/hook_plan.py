@@ -81,50 +81,8 @@ class Plan:
             if matrix.dim() != 2 or matrix.shape[1] != len(keys) or batch % max(1, matrix.shape[0]):
                 raise ValueError(f"edge_matrix weights must be [a divisor of {batch}, {len(keys)}], "
                                  f"got {list(matrix.shape)}")
-        # Validated per distinct name, not per edge: ACDC and edge SP pass 10^4 edges every pass.
-        # (Nor is an object kept per edge: the garbage collector's passes over them cost more than
-        # the rest of the plan.)
-        dst_names = tuple(dict.fromkeys(d for _, d in (*edges, *keys)))
-        early_in = [r for r in (*read_in, *dst_names) if _reader_layer(r, a.n_layers) < first]
-        early_patch = [w for w in nodes if start is not None and order(w)[0] < first]
-        if early_in or early_patch:
-            raise ValueError(f"a pass starting at block {first} cannot patch or read "
-                             f"{', '.join(sorted({*early_in, *early_patch}))}: they come before it")
-        for name in read_out:
-            a.output_point(name)  # validates: a writer of this model
-        for name in read_in:
-            a.input_point(name)
-        for name in nodes:
-            a.output_point(name)
-        src_at = {}  # writer -> (layer, the input's -1; kind)
-        for src in dict.fromkeys(s for s, _ in (*edges, *keys)):
-            a.output_point(src)
-            n = parse_node(src)
-            src_at[src] = (-1 if n.kind == "input" else n.layer, n.kind)
-        expand: dict[str, list[tuple[str, int, str]]] = {}  # reader as named -> (reader, layer, kind)
-        for dst in dst_names:
-            d = a._node(dst)
-            dsts = [head_node(d.layer, d.head, x) for x in QKV] if d.kind == "head" and d.qkv is None else [dst]
-            for r in dsts:
-                a.input_point(r)
-            expand[dst] = [(r, _reader_layer(r, a.n_layers), d.kind) for r in dsts]
-
-        def readers_of(src: str, dst: str) -> list[tuple[str, int, str]]:
-            s_layer, s_kind = src_at[src]
-            for r, r_layer, r_kind in expand[dst]:
-                # Earlier layers (and the input) feed every reader; an MLP also reads its own layer's heads.
-                if not (s_layer < r_layer or (r_kind == "mlp" and s_layer == r_layer and s_kind == "head")):
-                    raise ValueError(f"edge {src}->{dst}: {src} does not feed {dst}")
-            return expand[dst]
-
-        by_reader: dict[str, dict[str, Weight]] = {}  # reader -> sender -> weight
-        for (src, dst), w in edges.items():
-            for r, _, _ in readers_of(src, dst):
-                by_reader.setdefault(r, {})[src] = w
-        by_col: dict[str, dict[str, int]] = {}  # reader -> sender -> its column of edge_matrix
-        for j, (src, dst) in enumerate(keys):
-            for r, _, _ in readers_of(src, dst):
-                by_col.setdefault(r, {})[src] = j
+        dst_names = _checked_names(a, read_out, read_in, nodes, edges, keys, first, start)
+        by_reader, by_col = _readers(a, edges, keys, dst_names)
         if groups is not None:
             if edges or edge_matrix is not None:
                 raise ValueError("give edge patches as edges and edge_matrix, or as groups, not both")
@@ -352,3 +310,63 @@ def _row_weight(w: Weight, batch: int) -> Weight:
             raise ValueError(f"a per-row weight must have shape [{batch}], got {list(w.shape)}")
         return w.reshape(batch, 1, 1).float()
     return float(w)
+
+
+def _checked_names(a: Any, read_out: tuple[str, ...], read_in: tuple[str, ...], nodes: Mapping[str, Weight],
+                   edges: Mapping[tuple[str, str], Weight], keys: tuple[tuple[str, str], ...], first: int,
+                   start: Start | None) -> tuple[str, ...]:
+    """Every name a plan touches is a hook point of this model at or after the pass's first block;
+    returns the edge readers as named."""
+    # Validated per distinct name, not per edge: ACDC and edge SP pass 10^4 edges every pass.
+    # (Nor is an object kept per edge: the garbage collector's passes over them cost more than
+    # the rest of the plan.)
+    dst_names = tuple(dict.fromkeys(d for _, d in (*edges, *keys)))
+    early_in = [r for r in (*read_in, *dst_names) if _reader_layer(r, a.n_layers) < first]
+    early_patch = [w for w in nodes if start is not None and order(w)[0] < first]
+    if early_in or early_patch:
+        raise ValueError(f"a pass starting at block {first} cannot patch or read "
+                         f"{', '.join(sorted({*early_in, *early_patch}))}: they come before it")
+    for name in read_out:
+        a.output_point(name)  # validates: a writer of this model
+    for name in read_in:
+        a.input_point(name)
+    for name in nodes:
+        a.output_point(name)
+    return dst_names
+
+
+def _readers(a: Any, edges: Mapping[tuple[str, str], Weight], keys: tuple[tuple[str, str], ...],
+             dst_names: tuple[str, ...]) -> tuple[dict[str, dict[str, Weight]], dict[str, dict[str, int]]]:
+    """Edge patches by reader input (a head's q, k and v each): reader -> sender -> weight, and
+    reader -> sender -> its column of the edge matrix; an edge whose sender does not feed its
+    reader is refused."""
+    src_at = {}  # writer -> (layer, the input's -1; kind)
+    for src in dict.fromkeys(s for s, _ in (*edges, *keys)):
+        a.output_point(src)
+        n = parse_node(src)
+        src_at[src] = (-1 if n.kind == "input" else n.layer, n.kind)
+    expand: dict[str, list[tuple[str, int, str]]] = {}  # reader as named -> (reader, layer, kind)
+    for dst in dst_names:
+        d = a._node(dst)
+        dsts = [head_node(d.layer, d.head, x) for x in QKV] if d.kind == "head" and d.qkv is None else [dst]
+        for r in dsts:
+            a.input_point(r)
+        expand[dst] = [(r, _reader_layer(r, a.n_layers), d.kind) for r in dsts]
+
+    def readers_of(src: str, dst: str) -> list[tuple[str, int, str]]:
+        s_layer, s_kind = src_at[src]
+        for r, r_layer, r_kind in expand[dst]:
+            # Earlier layers (and the input) feed every reader; an MLP also reads its own layer's heads.
+            if not (s_layer < r_layer or (r_kind == "mlp" and s_layer == r_layer and s_kind == "head")):
+                raise ValueError(f"edge {src}->{dst}: {src} does not feed {dst}")
+        return expand[dst]
+
+    by_reader: dict[str, dict[str, Weight]] = {}  # reader -> sender -> weight
+    for (src, dst), w in edges.items():
+        for r, _, _ in readers_of(src, dst):
+            by_reader.setdefault(r, {})[src] = w
+    by_col: dict[str, dict[str, int]] = {}  # reader -> sender -> its column of edge_matrix
+    for j, (src, dst) in enumerate(keys):
+        for r, _, _ in readers_of(src, dst):
+            by_col.setdefault(r, {})[src] = j
+    return by_reader, by_col

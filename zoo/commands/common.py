@@ -6,8 +6,6 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
-from zoo.errors import ZooError
-
 
 class Parser(argparse.ArgumentParser):
     """argparse that reports errors as one line and exits 2."""

@@ -184,7 +184,7 @@ def test_cli_bad_options_one_line_exit_2(argv, needle, tmp_path, capsys):
 
 
 def test_entries_are_found_by_folder_name_and_fingerprinted_by_their_manifest(cli_root):
-    from zoo.bench_entries import bench_entries
+    from zoo.leaderboard_entries import bench_entries
     from zoo.errors import ZooError
 
     entries = cli_root / "entries"

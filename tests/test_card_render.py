@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 from hub_server import build_entry, hub_environment
 
-from zoo.benchmark import entry_row, table_files
+from zoo.hub_metadata import entry_row, table_files
 from zoo.card import front_matter, render_benchmark_card
 
 REPO = "zoo-test/zoo"

@@ -110,7 +110,7 @@ def test_the_scan_sees_subpackages_and_importlib_calls(graph):
     # importlib.import_module call, and one made by a registry's module names.
     assert "eval.core.circuit" in graph and "eval.methods.acdc" in graph
     assert "rasp_programs.catalogue_counting" in graph["rasp_programs.catalogue"] | graph["rasp_programs.lookup"] \
-        or "rasp_programs.counting" in graph["rasp_programs.catalogue"] | graph["rasp_programs.lookup"]
+        or "rasp_programs.main_counting" in graph["rasp_programs.catalogue"] | graph["rasp_programs.lookup"]
     assert "eval.methods.acdc" in graph["eval.methods.registry"]
 
 

@@ -116,7 +116,7 @@ def test_no_train_leaves_uncached_kinds_out(root: Path, tmp_path: Path) -> None:
 
 def test_comparison_configs_are_the_cli_flags() -> None:
     from siit.config import TrainConfig
-    from zoo.realism import comparison_config
+    from zoo.realism_report import comparison_config
 
     siit = TrainConfig(seed=7, epochs=30)
     training = {"config": siit.to_json(), "arch": {"overrides": {"min_d_head": 4, "act_fn": "gelu"}}}

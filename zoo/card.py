@@ -20,7 +20,7 @@ from typing import Any
 
 import yaml
 
-from zoo.benchmark import cell, scalar_fields, validation_figures
+from zoo.hub_metadata import cell, scalar_fields, validation_figures
 
 LICENSE = "apache-2.0"
 TAGS = ["mechanistic-interpretability", "circuits", "ground-truth-circuit", "tracr", "rasp",

@@ -301,7 +301,7 @@ def pull_entries(names: Sequence[str], entries: Path, *, repo_id: str | None = N
                  token: str | bool | None = None) -> list[Any]:
     """Fetch and check every entry of `names`, then install them all into `entries/<name>`
     (zoo.pull: nothing is installed unless all pass). Returns zoo.pull.Pulled records."""
-    from zoo.pull import pull_entries as pull_checked
+    from zoo.pull import check_and_install as pull_checked
 
     return pull_checked(names, entries, lambda name: fetch_entry(name, repo_id=repo_id, revision=revision, token=token))
 
@@ -325,7 +325,7 @@ def list_remote_entries(*, repo_id: str | None = None, revision: str | None = No
 def _remote_rows(s: HubSettings, parent: str, repo_files: Sequence[str]) -> list[dict[str, Any]]:
     """The remote benchmark table, read into memory (bounded; nothing is written to disk)."""
     from zoo.artifact import MAX_FILE_BYTES
-    from zoo.benchmark import METADATA_JSON, rows_from_json
+    from zoo.hub_metadata import METADATA_JSON, rows_from_json
     from zoo.hub_download import read_bytes
 
     if METADATA_JSON not in repo_files:
@@ -346,7 +346,7 @@ def push_entries(entry_dirs: Sequence[Path], *, repo_id: str | None = None, revi
     benchmark table merged with the remote one and the benchmark card regenerated."""
     from huggingface_hub import CommitOperationAdd, CommitOperationDelete
 
-    from zoo.benchmark import entry_row, merge_rows, table_files
+    from zoo.hub_metadata import entry_row, merge_rows, table_files
     from zoo.card import render_benchmark_card
     from zoo.entry import read_checked
 

@@ -36,8 +36,8 @@ class Pulled:
         return f"{self.n_tensors} tensors fit config.json, circuit in the model's graph, {self.behaviour.describe()}"
 
 
-def pull_entries(names: Sequence[str], entries: Path, fetch: Callable[[str], Path], *,
-                 compile_cache: Path | None = None) -> list[Pulled]:
+def check_and_install(names: Sequence[str], entries: Path, fetch: Callable[[str], Path], *,
+                      compile_cache: Path | None = None) -> list[Pulled]:
     """Fetch (`fetch(name)` -> a verified folder, zoo.hub.fetch_entry) and check every entry of
     `names`, then install them all into `entries/<name>`."""
     cache = compile_cache if compile_cache is not None else compiled_dir(entries.parent)

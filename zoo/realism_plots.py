@@ -1,4 +1,4 @@
-"""A realism report (zoo.realism) -> PNG plots (matplotlib, Agg backend): the weight histograms of
+"""A realism report (zoo.realism_report) -> PNG plots (matplotlib, Agg backend): the weight histograms of
 the model kinds on their shared bins (InterpBench Figure 16), and per-node output norm and
 variance of the SIIT entry and of the Tracr model with the circuit nodes marked."""
 

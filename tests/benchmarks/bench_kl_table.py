@@ -6,7 +6,7 @@ KL natural-SIIT < natural-Tracr, the comparison models' training, and timings.
     python tests/benchmarks/bench_kl_table.py --cases 3,33 [--root DIR] [--epochs E]
 
 The SIIT entry is trained with `zoo train case N`'s defaults when the root has none; the natural
-and IIT models are trained (or reused) by zoo.realism under <root>/realism/. Not part of CI.
+and IIT models are trained (or reused) by zoo.realism_report under <root>/realism/. Not part of CI.
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ def run_case(case_id: str, root: Path, epochs: int | None) -> dict:
     import torch
 
     from rasp_programs.lookup import get_case
-    from zoo.realism import RealismOptions, realism_case
+    from zoo.realism_report import RealismOptions, realism_case
 
     torch.set_num_threads(1)
     train_s = ensure_entry(case_id, root)

@@ -33,7 +33,7 @@ def run_case(case_id: str, seed: int, root: Path, overrides: dict) -> dict:
     from siit.config import TrainConfig
     from siit.trainer import train
     from siit.validation import validate_model
-    from zoo.realism import node_activity
+    from zoo.realism_report import node_activity
 
     torch.set_num_threads(1)
     compiled = compile_case(get_case(case_id), root / "compiled")

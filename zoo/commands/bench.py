@@ -91,7 +91,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from eval.leaderboard.cells import BenchSettings, bench_method, run_bench, score_folder
     from eval.methods.options import parse_method_options
     from eval.methods.interface import MethodError
-    from zoo.bench_entries import bench_entries
+    from zoo.leaderboard_entries import bench_entries
 
     try:
         chosen = keys or list(BUILTIN_METHOD_KEYS)

@@ -61,7 +61,7 @@ def run_realism(args: argparse.Namespace) -> int:
 
     from eval.scoring.weight_histograms import HistogramSpec
     from zoo.paths import zoo_root
-    from zoo.realism import RealismOptions, realism_case
+    from zoo.realism_report import RealismOptions, realism_case
 
     torch.set_num_threads(args.threads)
     options = RealismOptions(n=args.n, seed=args.seed, epochs=args.epochs, train=not args.no_train,

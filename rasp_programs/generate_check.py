@@ -9,7 +9,7 @@ discovery); `mismatch` the compiled model equals rasp.evaluate on every input (a
 are at most EXHAUSTIVE_LIMIT, else VERIFY_SAMPLES drawn), padded to n_ctx, unpadded and with one
 PAD (bidirectional attention reads PAD keys); `whole_model` some head or MLP of the compiled model
 lies outside the circuit; `inert_node` every circuit node changes the output under the pairing
-training will use (siit.data.inert_high_nodes, as tests/test_siit_pairing.py checks built-ins).
+training will use (siit.data.inert_high_nodes, as tests/test_siit/test_pairing.py checks built-ins).
 Compilation here is rasp_programs.quick_compile: the weights of compile_case without haiku.
 """
 

@@ -4,7 +4,7 @@ Why: a Tracr compile costs 3-10 s, nearly all of it haiku initialising parameter
 `tracr.compiler.assemble` then overwrites with zeros and the craft model's matrices. `zoo generate`
 compiles hundreds of random programs to decide which to keep, so it runs Tracr's own passes up to
 the craft model and fills the parameter dict exactly as `assemble_craft_model` does, without haiku.
-tests/test_generate.py checks the weights equal `compile_case`'s on built-in and generated cases.
+tests/test_rasp_programs/test_generate.py checks the weights equal `compile_case`'s on built-in and generated cases.
 """
 
 from __future__ import annotations

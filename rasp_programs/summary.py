@@ -1,5 +1,5 @@
 """Build `catalogue.json`: the compiled size of every built-in case, shipped so that `zoo list`
-needs neither jax nor torch. `tests/test_catalogue.py` checks the shipped file against a fresh
+needs neither jax nor torch. `tests/test_rasp_programs/test_catalogue.py` checks the shipped file against a fresh
 compile; regenerate with `python -m rasp_programs.summary [CACHE_DIR]`."""
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Compiling is a few seconds per case, so the default suite checks the 16 main cases and a few
 representative Appendix H cases (one per way of building them); every other catalogue case runs
-under `-m slow` (`pytest -m slow tests/test_compile_cases.py`), and tests/benchmarks/
+under `-m slow` (`pytest -m slow tests/test_rasp_programs/test_compile_cases.py`), and tests/benchmarks/
 bench_catalogue.py checks the whole catalogue in one process.
 """
 

@@ -5,7 +5,7 @@ entry knows which labelled edges no counterfactual method can find on this task.
 Computed with the evaluator's own edge patching (eval.evaluator.evaluate.inert_truth) and task data
 (INERT_N inputs, seed INERT_SEED, resample counterfactuals), on the exported weights run by
 siit.transformer.Transformer, which speaks TransformerLens's hook protocol: the same function as
-the TransformerLens model `zoo eval` builds (tests/test_inert_edges.py compares the two), without
+the TransformerLens model `zoo eval` builds (tests/test_zoo/test_inert_edges.py compares the two), without
 the ~5 s transformer_lens import that would be a third of `zoo train case 33`."""
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ The zoo's on-disk format is TransformerLens 3.x's, whichever major is installed:
 - transformer-lens 3.x: a `HookedTransformer`;
 - transformer-lens 4.x (which removed HookedTransformer): a `TransformerBridge` around TL's native
   model (`TransformerBridge.boot_native`, no download), the weights renamed by 4.x's
-  `convert_tl_checkpoint`. Logits equal 3.x's within float rounding (tests/test_tl_versions.py).
+  `convert_tl_checkpoint`. Logits equal 3.x's within float rounding (tests/test_eval/test_tlens_versions.py).
 
 An attention_mask means something different to the two. 3.x (what Tracr ground truth and SIIT
 training assume, see siit/transformer.py): a pad position gets a zero positional embedding and

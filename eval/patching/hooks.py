@@ -19,7 +19,7 @@ every version has: a head's output is z_h W_O[h] (3.x's hook_result exactly: its
 is the sum of these plus b_O), and, zoo models having no LayerNorm, a change D of head h's query
 input changes its query by D W_Q[h] (likewise keys and values). 4.x's `attn.q.hook_in` is shared by
 all heads, so it cannot patch one. One code path therefore serves both majors, equal to 3.x's own
-hooks within float rounding (tests/test_tl_hooks.py).
+hooks within float rounding (tests/test_eval/test_hooks.py).
 
 Every call is batched: activations are [batch, pos, d_model], a weight is a float or a per-row
 [batch] tensor (so one forward pass can hold a different intervention in every row):

@@ -1,4 +1,4 @@
-"""A planted entry trained as `zoo train planted` does (test size, well under a minute): it meets its criterion with the
+"""A planted entry trained as `zoo train planted` does (test size; its speed is a benchmark's, not this test's): it meets its criterion with the
 circuit's nodes mattering and nothing else, and passes what case entries pass: sha256
 verification, pickle refusal, the entry checks (case.json rebuilt from the planted name, never
 code from the entry), `zoo validate`, `zoo eval`, push / pull / zoo.load round trip."""
@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
-import time
 from pathlib import Path
 
 import pytest
@@ -28,8 +27,8 @@ TEST_SIZE = {"n_train": 1024, "n_val": 256, "criterion": 0.99, "epochs": 150}
 
 
 @pytest.fixture(scope="module")
-def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, float]:
-    """(zoo root holding the entry, summary, training seconds): causal-bench-2x2 with 8-wide heads
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
+    """(zoo root holding the entry, summary): causal-bench-2x2 with 8-wide heads
     trained by the library and written by the code `zoo train` writes with."""
     from planted import get_planted
     from siit.config import ArchConfig, TrainConfig
@@ -39,13 +38,11 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, float
 
     root = tmp_path_factory.mktemp("planted-root")
     task = get_planted(NAME)
-    start = time.perf_counter()
     result = train(task, TrainConfig(**TEST_SIZE), ArchConfig(d_head=8))
-    seconds = time.perf_counter() - start
     validation = validate_model(result.model, result.evaluator)
     dest = _write(root / "entries" / ENTRY, task, result=result, validation=validation,
                   command=["zoo", "train", "planted", NAME])
-    return root, _summary(task.case, dest, result, validation), seconds
+    return root, _summary(task.case, dest, result, validation)
 
 
 @pytest.fixture()
@@ -57,8 +54,8 @@ def entry(trained, tmp_path: Path) -> Path:
 
 
 def test_zoo_train_planted_meets_its_criterion_with_the_circuit_alone_mattering(trained) -> None:
-    root, summary, seconds = trained
-    assert summary["met_criterion"] and seconds < 60
+    root, summary = trained
+    assert summary["met_criterion"]
     assert min(summary["accuracy"], summary["iia_min"], summary["siia_min"]) >= 0.99
     validation = json.loads((root / "entries" / ENTRY / "validation.json").read_text())
     rows = validation["node_effects"]

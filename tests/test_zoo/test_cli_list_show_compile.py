@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(Path(__file__).parents[1])  # tests/: outside_case
 
 
 def zoo(*args: str, root: Path | None = None) -> subprocess.CompletedProcess:

@@ -1,6 +1,6 @@
 """siit.transformer.Transformer equals the installed TransformerLens model (logits, per-head and MLP
 outputs as eval.patching.hooks reads them) on random weights and padded inputs, and its Patch equals patching
-through eval.patching.hooks. (eval.patching.hooks equals TL 3.x's own hooks: tests/test_tl_hooks.py.)"""
+through eval.patching.hooks. (eval.patching.hooks equals TL 3.x's own hooks: tests/test_eval/test_hooks.py.)"""
 
 from __future__ import annotations
 

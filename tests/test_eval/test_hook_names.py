@@ -1,7 +1,7 @@
 """Only eval.patching.hooks knows hook points: no other file names TransformerLens 3.x's per-head result or
 split q/k/v-input hooks, which transformer-lens 4.x's TransformerBridge does not have.
 
-Allowed: eval/patching/hooks.py (it explains why it does not use them), tests/test_tl_hooks.py (it compares
+Allowed: eval/patching/hooks.py (it explains why it does not use them), tests/test_eval/test_hooks.py (it compares
 the adapter with them under 3.x), this file, and siit/ (its own pure-torch model, whose docstrings
 say which 3.x hook each activation slot equals; it never hooks TransformerLens). OTHERS lists files
 that still name them and are not yet moved onto eval.patching.hooks; the test fails on any new one.
@@ -13,9 +13,9 @@ import os
 import re
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 NAMES = re.compile(r"hook_result|hook_[qkv]_input")
-ALLOWED = {"eval/patching/hooks.py", "tests/test_tl_hooks.py", "tests/test_tl_hook_names.py"}
+ALLOWED = {"eval/patching/hooks.py", "tests/test_eval/test_hooks.py", "tests/test_eval/test_hook_names.py"}
 ALLOWED_DIRS = ("siit/",)
 OTHERS: dict[str, str] = {}
 """Files that still name the hooks and are not yet moved onto eval.patching.hooks (none today)."""

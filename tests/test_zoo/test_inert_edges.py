@@ -1,5 +1,5 @@
 """Inert ground-truth edges (issue 10): an edge that no counterfactual of the task moves is listed in
-the report (and in an entry's validation.json, tests/test_train_cli.py), never silently scored as a
+the report (and in an entry's validation.json, tests/test_zoo/test_train_cli.py), never silently scored as a
 miss or a hit."""
 
 from __future__ import annotations

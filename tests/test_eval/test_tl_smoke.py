@@ -3,7 +3,7 @@ entries (a classification and a regression case) a short training run, loading t
 validate`, `zoo eval` with every built-in method, and `zoo bench` on the entry.
 
 With $ZOO_SMOKE_REPORTS set, each run also writes its eval JSON to
-$ZOO_SMOKE_REPORTS/tl{major}/case-{id}.json; `python tests/test_tl_smoke.py DIR` then checks that
+$ZOO_SMOKE_REPORTS/tl{major}/case-{id}.json; `python tests/test_eval/test_tl_smoke.py DIR` then checks that
 the two majors gave identical AUROCs (training is pure torch and seeded, so both majors evaluate
 the same weights).
 """

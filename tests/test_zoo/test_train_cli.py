@@ -138,7 +138,7 @@ def test_trained_outside_entry_is_scored_against_the_program_the_user_names(tmp_
     from zoo.case_json import is_data_only
     from zoo.entry import load_entry_dir
 
-    monkeypatch.syspath_prepend(str(Path(__file__).parent))
+    monkeypatch.syspath_prepend(str(Path(__file__).parents[1]))  # tests/: outside_case
     root = tmp_path / "r"
     main(["train", "case", "outside_case:make_case", *FAST, "--root", str(root)])
     capsys.readouterr()

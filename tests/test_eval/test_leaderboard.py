@@ -20,7 +20,7 @@ from eval.methods.interface import Method  # noqa: E402
 SETTINGS = BenchSettings(n=16, chance_draws=20)
 
 
-# --- methods the tests run (importable as test_bench:NAME) ------------------------------------------
+# --- methods the tests run (importable as test_leaderboard:NAME) ------------------------------------------
 
 def scaled_method(model, task, *, graph, scale: float = 1.0):
     """Deterministic node scores; `scale` stands for a method option."""
@@ -129,12 +129,12 @@ def test_cli_leaderboard_with_outside_method_and_score_folder_and_a_cached_rerun
     (tmp_path / "saved" / "eap.json").rename(scores / "case-3.json")
     capsys.readouterr()
     out_dir = tmp_path / "board"
-    argv = ["--cases", "3", "--model", "compiled", "--method", "random,eap", "--method", "test_bench:logged_method",
+    argv = ["--cases", "3", "--model", "compiled", "--method", "random,eap", "--method", "test_leaderboard:logged_method",
             "--scores", str(scores), "--root", str(cli_root), "--out", str(out_dir), "--n", "16", "--json"]
     code, out, err = _bench(argv, capsys)
     assert code == 0, err
     board = json.loads(out)
-    assert [r["method"] for r in board["rows"]] == ["random", "eap", "test_bench:logged_method", "scores:mine"]
+    assert [r["method"] for r in board["rows"]] == ["random", "eap", "test_leaderboard:logged_method", "scores:mine"]
     assert (board["computed"], board["reused"]) == (4, 0)
     rows = {r["method"]: r for r in board["rows"]}
     assert rows["scores:mine"]["edge_auroc"]["mean"] == rows["eap"]["edge_auroc"]["mean"]  # same scores, same board
@@ -155,7 +155,7 @@ def test_cli_interrupted_then_rerun_computes_only_what_is_missing(cli_root, tmp_
     calls = tmp_path / "calls"
     monkeypatch.setenv("ZOO_TEST_CALLS", str(calls))
     monkeypatch.setenv("ZOO_TEST_INTERRUPT_AT", "1")
-    argv = ["--cases", "3", "--model", "compiled", "--method", "random,test_bench:logged_method,eap",
+    argv = ["--cases", "3", "--model", "compiled", "--method", "random,test_leaderboard:logged_method,eap",
             "--root", str(cli_root), "--out", str(tmp_path / "board"), "--n", "16", "--json"]
     code, out, err = _bench(argv, capsys)
     assert code == 130 and out == "" and "rerun to compute only what is missing" in err

@@ -7,7 +7,7 @@ holds its weights (written by the HookedTransformer), the inputs and what those 
 per-head outputs, head replacement and zero ablation, q/k/v and MLP input patching (one edge and
 all of a reader's edges), gradients. On any major the adapter must reproduce them within 1e-5; on
 3.x the file must still be what 3.x computes (and the adapter must match live 3.x hooks on a
-model the file has never seen). Regenerate under 3.x with `python tests/test_tl_hooks.py`.
+model the file has never seen). Regenerate under 3.x with `python tests/test_eval/test_hooks.py`.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ import torch
 from eval.patching.hooks import adapt, forward
 from eval.core.tlens import build_hooked, hooked_config, state_dict_3x, tl_major
 
-FIXTURE = Path(__file__).parent / "data" / "tl3_hooks.safetensors"
+FIXTURE = Path(__file__).parents[1] / "data" / "tl3_hooks.safetensors"
 ATOL = 1e-5
 L, H = 2, 3
 on_3x = pytest.mark.skipif(tl_major() != 3, reason="needs transformer-lens 3.x's own hooks")

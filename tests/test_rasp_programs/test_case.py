@@ -12,7 +12,7 @@ from rasp_programs.case import Case, CaseError
 from rasp_programs.lookup import get_case
 from rasp_programs.compile import case_fingerprint, compile_case
 
-TESTS = str(Path(__file__).parent)
+TESTS = str(Path(__file__).parents[1])  # tests/: outside_case
 
 
 def _case(**overrides) -> Case:

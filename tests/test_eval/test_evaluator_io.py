@@ -68,10 +68,10 @@ def _cli(argv):
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ("test_eval_honest_io:exiting_method", "called sys.exit(0) instead of returning scores"),
-    ("test_eval_honest_io:exiting_with_message", "called sys.exit('giving up')"),
-    ("test_eval_honest_io:base_exception_method", "raised Abort: stop | right now"),
-    ("test_eval_honest_io:bool_method", "a boolean, not a number"),
+    ("test_evaluator_io:exiting_method", "called sys.exit(0) instead of returning scores"),
+    ("test_evaluator_io:exiting_with_message", "called sys.exit('giving up')"),
+    ("test_evaluator_io:base_exception_method", "raised Abort: stop | right now"),
+    ("test_evaluator_io:bool_method", "a boolean, not a number"),
 ])
 def test_cli_method_that_exits_is_one_line_exit_2(cli_root, capsys, spec, message):
     code = _cli(["--root", str(cli_root), "--method", spec, "--json", *FAST])
@@ -81,17 +81,17 @@ def test_cli_method_that_exits_is_one_line_exit_2(cli_root, capsys, spec, messag
 
 
 def test_cli_keyboard_interrupt_in_a_method_is_an_interruption_not_success(cli_root, capsys):
-    code = _cli(["--root", str(cli_root), "--method", "test_eval_honest_io:interrupting_method", "--json", *FAST])
+    code = _cli(["--root", str(cli_root), "--method", "test_evaluator_io:interrupting_method", "--json", *FAST])
     out, err = capsys.readouterr()
     assert code == 130 and out == "" and err == "zoo: interrupted\n"
 
 
 def test_cli_method_prints_never_reach_json_stdout(cli_root, capfd):
-    code = _cli(["--root", str(cli_root), "--method", "test_eval_honest_io:printing_method", "--json", *FAST])
+    code = _cli(["--root", str(cli_root), "--method", "test_evaluator_io:printing_method", "--json", *FAST])
     out, err = capfd.readouterr()
     assert code == 0, err
     data = json.loads(out)  # nothing but the report on stdout
-    assert data["methods"][0]["key"] == "test_eval_honest_io:printing_method"
+    assert data["methods"][0]["key"] == "test_evaluator_io:printing_method"
     assert "progress: 50%" in err and "progress: 100%" in err and "raw fd-1 noise" in err
     os.write(1, b"fd 1 restored\n")
     print("stdout restored")

@@ -17,7 +17,7 @@ from siit.transformer import Transformer
 
 def test_high_level_interchange_equals_transformer_lens_patching(compiled) -> None:
     """IIT targets of the compiled model == TL's compiled model with the node replaced through
-    eval.patching.hooks (itself checked against 3.x's own per-head patching in tests/test_tl_hooks.py)."""
+    eval.patching.hooks (itself checked against 3.x's own per-head patching in tests/test_eval/test_hooks.py)."""
     from eval.patching.hooks import adapt
 
     cc = compiled("3")

@@ -115,9 +115,9 @@ def test_score_file_round_trip_and_outside_method(compiled, tmp_path):
     out = activation_patching(cc.model, _task(cc), graph=graph)
     path = tmp_path / "scores.json"
     path.write_text(json.dumps(to_score_file(out, {"method": "ap"})))
-    report = evaluate(cc, "test_eval_model:tiny_method", scores=path, **FAST)
+    report = evaluate(cc, "test_evaluator:tiny_method", scores=path, **FAST)
     assert report.method("file:scores.json").node.auroc == 1.0
-    assert report.method("test_eval_model:tiny_method").node.auroc == 1.0
+    assert report.method("test_evaluator:tiny_method").node.auroc == 1.0
     circuit = {"nodes": {n: {"in_graph": n in cc.graph.nodes} for n in graph.components}, "edges": {}}
     path.write_text(json.dumps(circuit))
     result = evaluate(cc, scores=path, **FAST).methods[0]
@@ -142,9 +142,9 @@ def nan_method(model, task):
 
 
 @pytest.mark.parametrize(("spec", "message"), [
-    ("test_eval_model:raising_method", "raised RuntimeError: boom"),
-    ("test_eval_model:wrong_shape_method", "returned list"),
-    ("test_eval_model:nan_method", "must be finite"),
+    ("test_evaluator:raising_method", "raised RuntimeError: boom"),
+    ("test_evaluator:wrong_shape_method", "returned list"),
+    ("test_evaluator:nan_method", "must be finite"),
     ("no_such_method", "unknown method 'no_such_method'"),
 ])
 def test_bad_methods_fail_with_one_clear_error(compiled, spec, message):
@@ -178,8 +178,8 @@ def test_cli_bad_score_file_exit_2_no_partial_output(cli_root, tmp_path, zoo_cli
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--method", "nope"], "unknown method 'nope'"),
-    (["--method", "test_eval_model:raising_method"], "raised RuntimeError: boom"),
-    (["--method", "test_eval_model:wrong_shape_method"], "returned list"),
+    (["--method", "test_evaluator:raising_method"], "raised RuntimeError: boom"),
+    (["--method", "test_evaluator:wrong_shape_method"], "returned list"),
     ([], "name a method"),
 ])
 def test_cli_bad_method_exit_2(cli_root, tmp_path, zoo_cli, args, message):

@@ -263,7 +263,7 @@ def test_report_shows_chance_lines_qkv_mib_and_the_composite_caveat(compiled):
     from zoo.targets import evaluate
 
     cc = compiled("19")
-    report = evaluate(cc, ["test_eval_metric_fixes:qkv_method", "test_eval_metric_fixes:one_node_method", "greedy"],
+    report = evaluate(cc, ["test_chance_convergence_mib:qkv_method", "test_chance_convergence_mib:one_node_method", "greedy"],
                       n=64, stability_seeds=1, permutations=50, chance_draws=50)
     data = json.loads(json.dumps(report.to_json(), allow_nan=False))
     graph = ComputationGraph(n_layers=cc.model.cfg.n_layers, n_heads=cc.model.cfg.n_heads)

@@ -13,7 +13,7 @@ from eval.core.graph import graph_of
 from eval.methods.interface import Method, call_method
 from eval.methods.subnetwork_probing import SPOptions, edge_sp, node_sp
 from test_edge_methods import tiny_model, tiny_task
-from test_eval_honest_io import FAST, cli_root  # noqa: F401 (a fixture)
+from test_evaluator_io import FAST, cli_root  # noqa: F401 (a fixture)
 
 
 @pytest.fixture(scope="module")
@@ -174,7 +174,7 @@ def test_bench_computes_on_its_threads_and_restores_the_callers(cli_root, tmp_pa
     import torch
 
     from eval.leaderboard.cells import BenchSettings, run_bench
-    from test_bench import _entry, _method
+    from test_leaderboard import _entry, _method
     from zoo.targets import resolve_target
 
     target = resolve_target("4", "compiled", cli_root)

@@ -5,7 +5,7 @@ tests/data/tl3_hooks.safetensors was written by transformer-lens 3.9 (HookedTran
 logits); tests/data/tl4_written.safetensors by 4.3 (a TransformerBridge with TL 4's own random
 init, saved through eval.core.tlens.state_dict_3x, and its logits). Each major must load the other's
 file and compute the recorded logits. Regenerate the 4.x file under 4.x with
-`python tests/test_tl_versions.py`.
+`python tests/test_eval/test_tlens_versions.py`.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import torch
 from eval.patching.hooks import forward
 from eval.core.tlens import build_hooked, hooked_config, is_bridge, state_dict_3x, tl_major
 
-DATA = Path(__file__).parent / "data"
+DATA = Path(__file__).parents[1] / "data"
 TL4_FILE = DATA / "tl4_written.safetensors"
 on_4x = pytest.mark.skipif(tl_major() < 4, reason="needs transformer-lens 4.x")
 

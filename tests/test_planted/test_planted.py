@@ -1,5 +1,5 @@
 """Planted models: the high-level causal model equals its label function, every node matters,
-the CLI lists / shows them (training a test-size model: tests/test_planted_entry.py)."""
+the CLI lists / shows them (training a test-size model: tests/test_zoo/test_planted_entry.py)."""
 
 from __future__ import annotations
 

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 FAILING = "gen-0-2,gen-0-4,gen-0-5,gen-0-7"
-"""The first eight kept generated cases that missed the criterion at stop 25 (README)."""
+"""The first eight kept generated cases that missed the criterion at stop 25 (docs/results.md)."""
 
 
 def run_one(case_id: str, min_d_head: int, seed: int, compiled: Path, epochs: int | None = None,

@@ -8,7 +8,7 @@ set covered. Prints one JSON object.
 CASE is a case id with a trained entry in the zoo root (e.g. gen-1-0.L2-3). The validation pairs
 are the entry's own (rebuilt from its training config, as `zoo validate` does). Generated cases
 that miss by a few positions miss them on the longest inputs, the length whose input space the 2048
-training draws cover least (README). Not part of CI (it reads a trained entry).
+training draws cover least (docs/results.md). Not part of CI (it reads a trained entry).
 """
 
 from __future__ import annotations

@@ -10,7 +10,7 @@ in every input (a Map or SequenceMap of tokens and indices: BOS is the same toke
 index everywhere) leaves the high-level output unchanged when interchanged at BOS alone; where the
 low-level output changes then, the low-level node carries at BOS something of its context that the
 rest of the circuit reads, and its whole-node interchange works only where base and source contexts
-agree (generated cases' `m0` on unpadded inputs of different lengths, README).
+agree (generated cases' `m0` on unpadded inputs of different lengths, docs/results.md).
 Not part of CI (it reads a trained entry).
 """
 

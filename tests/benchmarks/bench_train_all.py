@@ -3,7 +3,7 @@ machine; target: under 15 minutes on 2 cores) in a fresh zoo root, and print its
 one row per case (met, steps, wall time, accuracy, IIA min, SIIA min, largest out-of-circuit effect
 under resample ablation) plus the whole run's wall time and the serial sum of the cases' times.
 
-Usage: python tests/benchmarks/train_all.py [--cases 3,4,...] [--jobs J] [--ray ADDRESS] [--root DIR]
+Usage: python tests/benchmarks/bench_train_all.py [--cases 3,4,...] [--jobs J] [--ray ADDRESS] [--root DIR]
 (extra options are passed to `zoo train`; without --cases it trains --all)."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ DYNAMIC = {
     "eval.core.spec": None,  # a researcher's package.module:function, outside the project
     "rasp_programs.lookup": "rasp_programs.catalogue",  # the factory a case id names
     "eval.methods.registry": "eval.methods.registry",  # METHOD_MODULES
-    "eval.leaderboard.cells": "eval.leaderboard.cells",  # SCORER_MODULES, fingerprinted
+    "eval.leaderboard.fingerprints": "eval.leaderboard.fingerprints",  # SCORER_MODULES, fingerprinted
     "eval": "eval", "siit": "siit", "planted": "planted",  # lazy exports (_EXPORTS)
 }
 """Modules allowed to call importlib.import_module with a computed name -> the module whose string

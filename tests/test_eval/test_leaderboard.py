@@ -14,7 +14,8 @@ import pytest
 
 pytest.importorskip("transformer_lens")
 
-from eval.leaderboard.cells import BenchEntry, BenchMethod, BenchSettings, method_fingerprint, run_bench  # noqa: E402
+from eval.leaderboard.cells import BenchEntry, BenchMethod, BenchSettings, run_bench  # noqa: E402
+from eval.leaderboard.fingerprints import method_fingerprint  # noqa: E402
 from eval.methods.interface import Method  # noqa: E402
 
 SETTINGS = BenchSettings(n=16, chance_draws=20)
@@ -210,7 +211,7 @@ def test_a_method_fingerprint_changes_with_the_helpers_its_module_imports(tmp_pa
     import linecache
     import sys
 
-    from eval.leaderboard.cells import module_closure
+    from eval.leaderboard.fingerprints import module_closure
 
     pkg = tmp_path / "benchpkg"
     pkg.mkdir()

@@ -14,7 +14,8 @@ pytest.importorskip("transformer_lens")
 
 from eval.methods.acdc import AcdcOptions  # noqa: E402
 from eval.methods.registry import REGISTRY  # noqa: E402
-from eval.leaderboard.cells import bench_method, method_fingerprint  # noqa: E402
+from eval.leaderboard.cells import bench_method  # noqa: E402
+from eval.leaderboard.fingerprints import method_fingerprint  # noqa: E402
 from eval.methods.edge_patching import IGOptions, PatchingOptions  # noqa: E402
 from eval.methods.ensemble import EnsembleOptions  # noqa: E402
 from eval.methods.options import options_of, parse_method_options, with_options  # noqa: E402

@@ -14,8 +14,8 @@ import pytest
 import torch
 from test_security_pull import REPO, _set, assert_refused, edited, good, hub, plant, probe, pull, root, weights  # noqa: F401
 
-from eval.graph import ComputationGraph
-from eval.methods import MethodError, read_score_file
+from eval.core.graph import ComputationGraph
+from eval.methods.interface import MethodError, read_score_file
 from eval.methods.score_input import MAX_SCORE_FILE_BYTES
 from zoo.behaviour_check import MAX_ACTIVATION_BYTES, activation_bytes
 

@@ -92,7 +92,8 @@ def high_level_graph(
 
     keep = _on_input_logits_paths(order, edges)
     edges = {(s, d) for s, d in edges if s in keep | {INPUT} and d in keep | {LOGITS}}
-    node_labels = {n: _describe(components[n][1], labels, expression_labels) for n in keep}
+    # in node order: `keep` is a set, whose order changes with PYTHONHASHSEED (circuit.json's bytes would too)
+    node_labels = {n: _describe(components[n][1], labels, expression_labels) for n in sorted(keep, key=node_sort_key)}
     return Circuit.build(keep, edges, node_labels)
 
 

@@ -103,3 +103,22 @@ def test_circuit_json_round_trip_and_promotion():
     assert Circuit.from_json(head.to_json()) == head
     with pytest.raises(ValueError):
         Circuit.build(["a0.h0"], [("a0.h0", "m5")])
+
+
+def test_labels_come_in_node_order_whatever_the_hash_seed(tmp_path) -> None:
+    """circuit.json's labels are written in the order of the graph's labels: set iteration order
+    (which PYTHONHASHSEED changes) must not decide it, or entries differ by run in their bytes."""
+    import json
+    import subprocess
+    import sys
+
+    script = ("import json, sys, pathlib; from rasp_programs.lookup import get_case; "
+              "from rasp_programs.compile import compile_case; "
+              "print(json.dumps(list(compile_case(get_case('3'), pathlib.Path(sys.argv[1])).graph.labels)))")
+    orders = []
+    for seed in ("1", "3"):  # case 3's two labels came out in opposite orders under these seeds
+        env = {**__import__("os").environ, "PYTHONHASHSEED": seed}
+        out = subprocess.run([sys.executable, "-c", script, str(tmp_path / seed)], env=env, capture_output=True,
+                             text=True, check=True).stdout
+        orders.append(json.loads(out.splitlines()[-1]))
+    assert orders[0] == orders[1] == ["m0", "a1.h0"]

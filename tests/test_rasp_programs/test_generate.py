@@ -186,7 +186,7 @@ def test_the_zoo_count_counts_a_program_once_whatever_its_names(tmp_path, capsys
     (settings steer one stream), so the two count once; a case met in any root counts as met."""
     import importlib.util
 
-    path = os.path.join(os.path.dirname(__file__), "benchmarks", "bench_zoo_count.py")
+    path = os.path.join(os.path.dirname(os.path.dirname(__file__)), "benchmarks", "bench_zoo_count.py")
     spec = importlib.util.spec_from_file_location("bench_zoo_count", path)
     count = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(count)

@@ -100,9 +100,12 @@ def call_method(method: Method, model: Any, task: Any, *, graph: ComputationGrap
             options["progress"] = progress
     except (TypeError, ValueError):  # builtins without a signature get every option
         pass
+    from eval.methods.isolation import isolated
+
     try:
-        # a method's prints go to stderr: stdout carries only the report (`zoo eval --json`)
-        with contextlib.redirect_stdout(sys.stderr):
+        # a method's prints go to stderr: stdout carries only the report (`zoo eval --json`); the
+        # model, grad mode and RNG are put back afterwards, so no method changes the next one's run
+        with contextlib.redirect_stdout(sys.stderr), isolated(model) as found:
             raw = method.function(model, task, **options)
     except MethodError:
         raise
@@ -113,6 +116,10 @@ def call_method(method: Method, model: Any, task: Any, *, graph: ComputationGrap
     except BaseException as exc:  # a researcher's method can fail in any way; report it in one line
         text = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         raise MethodError(f"method {method.key!r} raised {type(exc).__name__}: {text}") from exc
+    if found and found[0].changed:
+        names = ", ".join(found[0].changed[:3]) + (" ..." if len(found[0].changed) > 3 else "")
+        raise MethodError(f"method {method.key!r} changed the model's weights ({names}); a method must leave the "
+                          "model as it found it (the weights were restored; work on a copy)")
     return validate_output(raw, graph, source=f"method {method.key!r}")
 
 
@@ -133,6 +140,11 @@ def validate_output(raw: Any, graph: ComputationGraph, *, source: str) -> Method
     circuits = _circuits(raw.get("circuits"), graph, source)
     if nodes is None and edges is None and circuits is None:
         raise MethodError(f"{source} returned no scores and no circuits")
+    if circuits is None and not nodes and not edges:
+        raise MethodError(f"{source} returned empty scores (no node or edge has a score); every component "
+                          "a method leaves out scores 0, so an empty answer ranks nothing")
+    if circuits is not None and all(not run.nodes and not run.edges for run in circuits):
+        raise MethodError(f"{source} returned only empty circuits; an empty circuit scores nothing")
     if circuits is not None and (nodes is not None or edges is not None):
         raise MethodError(f"{source} returned both scores and circuits; return one kind")
     return MethodOutput(node_scores=nodes, edge_scores=edges, circuits=circuits)
@@ -141,6 +153,8 @@ def validate_output(raw: Any, graph: ComputationGraph, *, source: str) -> Method
 def _finite(value: Any, what: str, source: str) -> float:
     if type(value).__name__ in ("bool", "bool_"):  # True is not a score (numpy's bool too)
         raise MethodError(f"{source}: score of {what} is {value!r}, a boolean, not a number")
+    if isinstance(value, (str, bytes)):  # float("0.5") would read it: a string is not a score
+        raise MethodError(f"{source}: score of {what} is {str(value)[:40]!r}, a string, not a number")
     try:
         out = float(value)
     except (TypeError, ValueError):

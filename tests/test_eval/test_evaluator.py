@@ -160,7 +160,7 @@ def cli_root(compiled_root) -> Path:
 @pytest.mark.parametrize(("payload", "message"), [
     ({"nodes": {}, "edges": {"a5.h0->m1": {"score": 1.0}}}, "not in the model"),
     ({"nodes": {}, "edges": {"a1.h0->a1.h1": {"score": 1.0}}}, "not in the model's graph"),
-    ({"nodes": {"m0": {"score": "NaN"}}}, "must be finite"),
+    ({"nodes": {"m0": {"score": "NaN"}}}, "'NaN', a string, not a number"),  # strings are never read as numbers
     ({"nodes": {"m0": {"score": 1e400}}}, "must be finite"),
     ({"nodes": {"m0": {"score": "high"}}}, "not a number"),
     ([1, 2], "expected MIB's format"),

@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 
 from eval.leaderboard.cells import BenchRun, Cell
-from eval.scoring.stats import PairTest, a12_matrix, pairwise_tests
+from eval.scoring.stats import MIN_ENTRIES, PairTest, a12_matrix, pairwise_tests
 
 SCHEMA = "zoo-leaderboard/1"
 TESTED_METRIC = "edge_auroc"
@@ -88,7 +88,8 @@ class Leaderboard:
 
     def to_json(self) -> dict[str, Any]:
         keys = [r.method for r in self.rows]
-        return _clean({"schema": SCHEMA, "tested_metric": TESTED_METRIC, **dataclasses.asdict(self),
+        pairs = [{**dataclasses.asdict(t), "significant": t.significant} for t in self.pairs]
+        return _clean({"schema": SCHEMA, "tested_metric": TESTED_METRIC, **dataclasses.asdict(self), "pairs": pairs,
                        "a12_matrix": {"methods": keys, "a12": a12_matrix(keys, self.pairs)},
                        "notes": NOTES})
 
@@ -99,7 +100,10 @@ NOTES = {
               "not 0.5 at edge level",
     "pairs": "two-sided Wilcoxon-Mann-Whitney U test of edge AUROC across entries (exact without ties, else the "
              "normal approximation with tie correction) and Vargha-Delaney A12 = P(X > Y) + P(X = Y)/2 of the "
-             "first method against the second; 0.56/0.64/0.71 small/medium/large (InterpBench Tables 8-9)",
+             "first method against the second; 0.56/0.64/0.71 small/medium/large (InterpBench Tables 8-9); "
+             "p_holm: Holm's step-down correction over every pair of the table; a pair is marked different only "
+             "where p_holm < 0.05 and each method has at least 5 entries (eval.scoring.stats.MIN_ENTRIES)",
+    "cells": "one row per method and entry: every per-entry AUROC (also in cells.csv)",
     "inert": "ground-truth edges no counterfactual of the task moves are left out of edge AUROC (cells' inert_edges)",
 }
 
@@ -156,10 +160,25 @@ def pairs_to_csv(board: Leaderboard) -> str:
     """The RQ4 table, one row per pair."""
     out = io.StringIO()
     w = csv.writer(out, lineterminator="\n")
-    w.writerow(["a", "b", "n_a", "n_b", "u", "p", "test", "a12", "magnitude"])
+    w.writerow(["a", "b", "n_a", "n_b", "u", "p", "p_holm", "significant", "test", "a12", "magnitude"])
     for t in board.pairs:
         c = t.comparison
-        w.writerow([t.a, t.b, c.n_a, c.n_b, _num(c.u), _num(c.p), c.test, _num(c.a12), t.magnitude])
+        w.writerow([t.a, t.b, c.n_a, c.n_b, _num(c.u), _num(c.p), _num(t.p_holm), int(t.significant), c.test,
+                    _num(c.a12), t.magnitude])
+    return out.getvalue()
+
+
+CELL_FIELDS = ("method", "entry", "model", "seed", "status", "kind", *CSV_FIELDS)
+
+
+def cells_to_csv(board: Leaderboard) -> str:
+    """One row per method and entry: every per-entry number behind the means of `to_csv`."""
+    out = io.StringIO()
+    w = csv.writer(out, lineterminator="\n")
+    w.writerow(CELL_FIELDS)
+    for c in board.cells:
+        w.writerow([_num(v) if isinstance(v, float) else ("" if v is None else v)
+                    for v in (getattr(c, f) for f in CELL_FIELDS)])
     return out.getvalue()
 
 
@@ -202,9 +221,11 @@ def table(board: Leaderboard) -> str:
     keys = [r.method for r in board.rows if r.edge_auroc.n]
     if len(keys) >= 2:
         p = {(t.a, t.b): t.comparison.p for t in board.pairs}
+        sig = {(t.a, t.b) for t in board.pairs if t.significant}
         a12 = a12_matrix(keys, board.pairs)
-        out.append("RQ4 (InterpBench Tables 8-9) on edge AUROC across entries: Wilcoxon-Mann-Whitney p (upper) "
-                   "and Vargha-Delaney A12 of row vs column (lower; * p < 0.05)")
+        out.append("RQ4 (InterpBench Tables 8-9) on edge AUROC across entries: Wilcoxon-Mann-Whitney p (upper, "
+                   "uncorrected) and Vargha-Delaney A12 of row vs column (lower; * Holm-adjusted p < 0.05 over the "
+                   f"{len(board.pairs)} pairs, each method on at least {MIN_ENTRIES} entries)")
         grid = [("", *keys)]
         for i, a in enumerate(keys):
             cells = []
@@ -213,7 +234,7 @@ def table(board: Leaderboard) -> str:
                     cells.append(_f(p.get((a, b))))
                 elif i > j:
                     v = a12[i][j]
-                    star = "*" if p.get((b, a), 1.0) < 0.05 else ""
+                    star = "*" if (b, a) in sig else ""
                     cells.append(_f(v) + star)
                 else:
                     cells.append("-")

@@ -26,8 +26,9 @@ from typing import Any, Literal
 
 from eval.core.circuit import parse_edge, promote
 from eval.core.graph import ComputationGraph, promote_node_scores
-# imported here, not in the function: bench fingerprints a method by the modules its module
-# imports that are loaded, so a lazy import would change the fingerprint after the first read
+from eval.methods.isolation import isolated
+# imported here, not in a function: bench fingerprints a method by the modules its module imports
+# that are loaded, so a lazy import would change the fingerprint after the first read
 from eval.methods.score_input import MAX_SCORE_JSON_DEPTH, ScoreFileError, json_depth_exceeds
 from eval.methods.score_input import read_score_file as read_score_bytes
 
@@ -100,8 +101,6 @@ def call_method(method: Method, model: Any, task: Any, *, graph: ComputationGrap
             options["progress"] = progress
     except (TypeError, ValueError):  # builtins without a signature get every option
         pass
-    from eval.methods.isolation import isolated
-
     try:
         # a method's prints go to stderr: stdout carries only the report (`zoo eval --json`); the
         # model, grad mode and RNG are put back afterwards, so no method changes the next one's run

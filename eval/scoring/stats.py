@@ -5,6 +5,10 @@ InterpBench §5 RQ4 and Tables 8-9 compare edge AUROCs across cases this way: p 
 two methods' AUROCs come from one distribution; A12 = P(X > Y) + ½ P(X = Y) says by how much
 (0.56 small, 0.64 medium, 0.71 large, and the mirror images below 0.5). A12 = U / (n·m), where U is
 the first sample's Mann-Whitney statistic (ties count ½), so A12(x, y) + A12(y, x) = 1.
+
+A table of k methods makes k(k-1)/2 tests; InterpBench reads each at p < 0.05, so some pairs come
+out "different" by chance alone. The zoo also reports Holm's adjusted p (family-wise error over the
+table) and stars a pair only on that, and only with MIN_ENTRIES entries per method.
 """
 
 from __future__ import annotations
@@ -20,6 +24,11 @@ TestKind = Literal["exact", "asymptotic", "degenerate"]
 Magnitude = Literal["negligible", "small", "medium", "large"]
 EXACT_MAX = 50
 """Largest sample size for which the exact null distribution is used (no ties only)."""
+ALPHA = 0.05
+MIN_ENTRIES = 5
+"""Fewest entries each method needs before a pair can be called different: with 4 and 4 the exact
+two-sided p cannot go below 2/70 = 0.029, so any correction for a handful of pairs leaves nothing
+that could be significant, and a star would only ever mean luck."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -84,6 +93,28 @@ class PairTest:
     """U, p and A12 of a's values against b's."""
     magnitude: Magnitude
     """How large A12's distance from 0.5 is."""
+    p_holm: float = 1.0
+    """p after Holm's step-down correction over every pair of the table (family-wise error)."""
+
+    @property
+    def significant(self) -> bool:
+        """Whether the table may star this pair: Holm-adjusted p < ALPHA and at least MIN_ENTRIES
+        entries for each method."""
+        c = self.comparison
+        return self.p_holm < ALPHA and min(c.n_a, c.n_b) >= MIN_ENTRIES
+
+
+def holm(pvalues: Sequence[float]) -> list[float]:
+    """Holm-Bonferroni adjusted p-values, in the input's order: the i-th smallest of m becomes
+    max over j <= i of min(1, (m - j + 1) p_(j)). Rejecting where adjusted p < alpha controls the
+    family-wise error rate at alpha for any dependence between the tests (Holm 1979)."""
+    m = len(pvalues)
+    order = sorted(range(m), key=lambda i: pvalues[i])
+    out, running = [1.0] * m, 0.0
+    for rank, i in enumerate(order):
+        running = max(running, min(1.0, (m - rank) * float(pvalues[i])))
+        out[i] = running
+    return out
 
 
 def pairwise_tests(samples: Mapping[str, Sequence[float]]) -> tuple[PairTest, ...]:
@@ -95,7 +126,8 @@ def pairwise_tests(samples: Mapping[str, Sequence[float]]) -> tuple[PairTest, ..
     for a, b in itertools.combinations(keys, 2):
         c = compare_methods(clean[a], clean[b])
         out.append(PairTest(a=a, b=b, comparison=c, magnitude=magnitude(c.a12)))
-    return tuple(out)
+    adjusted = holm([t.comparison.p for t in out])
+    return tuple(dataclasses.replace(t, p_holm=q) for t, q in zip(out, adjusted))
 
 
 def a12_matrix(keys: Sequence[str], tests: Sequence[PairTest]) -> list[list[float | None]]:

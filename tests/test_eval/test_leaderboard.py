@@ -141,10 +141,17 @@ def test_cli_leaderboard_with_outside_method_and_score_folder_and_a_cached_rerun
     assert rows["scores:mine"]["edge_auroc"]["mean"] == rows["eap"]["edge_auroc"]["mean"]  # same scores, same board
     assert all(r["edge_chance"]["mean"] is not None for r in board["rows"])
     assert len(board["pairs"]) == 6 and board["a12_matrix"]["methods"][0] == "random"
-    for name in ("leaderboard.json", "leaderboard.csv", "pairwise.csv", "auroc_box.png", "a12_matrix.png"):
+    for name in ("leaderboard.json", "leaderboard.csv", "cells.csv", "pairwise.csv", "auroc_box.png", "a12_matrix.png"):
         assert (out_dir / name).stat().st_size > 0, name
     assert json.loads((out_dir / "leaderboard.json").read_text()) == board
     assert (out_dir / "leaderboard.csv").read_text().splitlines()[0].startswith("method,entries,missing,errors")
+    # per-entry AUROCs: one CSV row per (method, entry), the same numbers as the JSON's cells
+    cells = (out_dir / "cells.csv").read_text().splitlines()
+    assert cells[0].startswith("method,entry,model,seed,status,kind,node_auroc,edge_auroc") and len(cells) == 5
+    eap = next(c for c in board["cells"] if c["method"] == "eap")
+    assert f"eap,{eap['entry']},compiled" in cells[2] and f"{eap['edge_auroc']:.6g}" in cells[2]
+    # one entry per method: no pair may be starred, whatever its p (eval.scoring.stats.MIN_ENTRIES)
+    assert all(p["significant"] is False and p["p_holm"] >= p["comparison"]["p"] for p in board["pairs"])
 
     code, out, err = _bench([a for a in argv if a != "--json"], capsys)
     assert code == 0, err

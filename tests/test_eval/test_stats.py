@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.scoring.stats import a12_matrix, compare_methods, magnitude, pairwise_tests, vargha_delaney
+from eval.scoring.stats import MIN_ENTRIES, a12_matrix, compare_methods, holm, magnitude, pairwise_tests, vargha_delaney
 
 # AUROC-like values on a coarse grid, so that ties (common among AUROCs of 1.0) are drawn often
 aurocs = st.lists(st.integers(0, 20).map(lambda k: k / 20), min_size=1, max_size=12)
@@ -43,3 +43,32 @@ def test_pairwise_table_matrix_and_magnitudes():
     assert [magnitude(v) for v in (0.5, 0.6, 0.68, 0.75, 0.25)] == ["negligible", "small", "medium", "large", "large"]
     with pytest.raises(ValueError):
         compare_methods([math.nan], [0.5])
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.floats(min_value=0.0, max_value=1.0), min_size=1, max_size=30))
+def test_holm_adjusted_p_identities(ps):
+    q = holm(ps)
+    m = len(ps)
+    assert all(p <= a <= 1.0 for p, a in zip(ps, q))  # never below the raw p, never above 1
+    order = sorted(range(m), key=lambda i: ps[i])
+    assert all(q[order[k]] <= q[order[k + 1]] for k in range(m - 1))  # monotone in the raw order
+    assert q[order[0]] == min(1.0, m * ps[order[0]])  # the smallest is Bonferroni's
+    # a test Holm rejects, Bonferroni's m*p may not; a test Bonferroni rejects, Holm rejects too
+    assert all(a <= min(1.0, m * p) for p, a in zip(ps, q))
+
+
+def test_holm_by_hand():
+    assert holm([0.01, 0.04, 0.03, 0.005]) == pytest.approx([0.03, 0.06, 0.06, 0.02])
+
+
+def test_a_star_needs_the_corrected_p_and_enough_entries():
+    far = {"a": [0.9 + 0.01 * i for i in range(MIN_ENTRIES)], "b": [0.1 + 0.01 * i for i in range(MIN_ENTRIES)]}
+    (t,) = pairwise_tests(far)
+    assert t.comparison.p < 0.05 and t.p_holm < 0.05 and t.significant
+    few = {k: v[: MIN_ENTRIES - 1] for k, v in far.items()}
+    (t,) = pairwise_tests(few)
+    assert t.comparison.p < 0.05 and not t.significant  # 4 against 4: p = 0.029, yet not enough entries
+    many = {**far, **{f"c{i}": [0.5 + 0.01 * j for j in range(MIN_ENTRIES)] for i in range(8)}}
+    tests = {(t.a, t.b): t for t in pairwise_tests(many)}
+    assert tests[("a", "b")].p_holm == pytest.approx(min(1.0, len(tests) * tests[("a", "b")].comparison.p))

@@ -11,7 +11,8 @@ import json
 import sys
 from pathlib import Path
 
-LEADERBOARD_FILES = ("leaderboard.json", "leaderboard.csv", "pairwise.csv", "auroc_box.png", "a12_matrix.png")
+LEADERBOARD_FILES = ("leaderboard.json", "leaderboard.csv", "cells.csv", "pairwise.csv", "auroc_box.png",
+                     "a12_matrix.png")
 """What `zoo bench` writes into --out (a12_matrix.png only with two or more methods), beside cache/."""
 
 
@@ -158,12 +159,12 @@ def _write(run, out: Path):
     import tempfile
 
     from eval.leaderboard.plots import write_bench_plots
-    from eval.leaderboard.table import leaderboard, pairs_to_csv, to_csv
+    from eval.leaderboard.table import cells_to_csv, leaderboard, pairs_to_csv, to_csv
 
     board = leaderboard(run)
     out.mkdir(parents=True, exist_ok=True)
     texts = {"leaderboard.json": json.dumps(board.to_json(), indent=1, allow_nan=False),
-             "leaderboard.csv": to_csv(board), "pairwise.csv": pairs_to_csv(board)}
+             "leaderboard.csv": to_csv(board), "cells.csv": cells_to_csv(board), "pairwise.csv": pairs_to_csv(board)}
     for name, text in texts.items():
         tmp = out / f".{name}.tmp"
         tmp.write_text(text)

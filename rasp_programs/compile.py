@@ -5,6 +5,12 @@ derive the graph, write the cache. The cache holds safetensors + JSON only (neve
 keyed by a fingerprint of the case (metadata, program structure and its outputs on fixed inputs),
 so editing a case recompiles it. Tracr's haiku initialisation dominates a cold compile; JAX's
 persistent compilation cache (under the same root) makes a recompilation fast too.
+
+Two layers: a zoo root's own cache (`cache_dir/<entry>/`, what the root's entries were built
+from) and a shared cache every root reuses (`shared_cache/<entry>-<fingerprint>/`, decided by
+zoo.paths.compile_cache_dir: a user cache). The fingerprint holds the program's structure, its
+outputs under `rasp.evaluate` and the compiler's version, so a shared entry is only reused for the
+same program and Tracr; its weights are checked against the sha256 recorded beside them.
 """
 
 from __future__ import annotations
@@ -87,24 +93,31 @@ class CompiledCase:
         }
 
 
-def compile_case(case: Case, cache_dir: Path | None = None) -> CompiledCase:
-    """Compile `case` (or load it from `cache_dir/<entry>/`) to a HookedTransformer + graph."""
+def compile_case(case: Case, cache_dir: Path | None = None, *, shared_cache: Path | None = None) -> CompiledCase:
+    """Compile `case` (or load it from `cache_dir/<entry>/`, else from the shared cache) to a
+    HookedTransformer + graph; a compilation is written to both caches."""
     start = time.perf_counter()
     fingerprint = case_fingerprint(case)
     entry_dir = cache_dir / case.entry_name if cache_dir is not None else None
-    if entry_dir is not None:
-        cached = _load_cached(case, entry_dir, fingerprint)
+    shared_dir = shared_cache / f"{case.entry_name}-{fingerprint[:20]}" if shared_cache is not None else None
+    for where in (entry_dir, shared_dir):
+        cached = None if where is None else _load_cached(case, where, fingerprint)
         if cached is not None:
             config, state_dict, encoding, labels = cached
             # The graph is recomputed (a scan of the weights), so a cache never holds a graph
             # made by an older rule.
             graph = high_level_graph(state_dict, config, labels, _expression_labels(case))
-            return CompiledCase(
+            compiled = CompiledCase(
                 case=case, state_dict=state_dict, config=config, encoding=encoding,
                 residual_labels=tuple(labels), graph=graph,
                 seconds=time.perf_counter() - start, from_cache=True,
             )
-        _enable_jax_cache(cache_dir / "jax")
+            if where is shared_dir and entry_dir is not None:
+                _write_cache(entry_dir, fingerprint, compiled, state_dict)  # the root's own copy
+            return compiled
+    jax_home = shared_cache if shared_cache is not None else cache_dir
+    if jax_home is not None:
+        _enable_jax_cache(jax_home / "jax")
     assembled, encoding, labels, output_columns = _compile_with_tracr(case)
     config, state_dict = assembled_to_hooked(assembled, case, output_columns)
     graph = high_level_graph(state_dict, config, labels, _expression_labels(case))
@@ -115,6 +128,11 @@ def compile_case(case: Case, cache_dir: Path | None = None) -> CompiledCase:
     )
     if entry_dir is not None:
         _write_cache(entry_dir, fingerprint, compiled, state_dict)
+    if shared_dir is not None:
+        try:
+            _write_cache(shared_dir, fingerprint, compiled, state_dict)
+        except OSError:  # a read-only user cache only costs the next root a compilation
+            pass
     return compiled
 
 
@@ -249,9 +267,15 @@ def _load_cached(case: Case, entry_dir: Path, fingerprint: str):
         return None
     if meta.get("format") != CACHE_FORMAT or meta.get("fingerprint") != fingerprint:
         return None
-    from safetensors.torch import load_file
+    from safetensors.torch import load
 
-    state_dict = load_file(str(weights_path))
+    try:
+        raw = weights_path.read_bytes()
+    except OSError:
+        return None
+    if meta.get("weights_sha256") not in (None, hashlib.sha256(raw).hexdigest()):
+        return None  # damaged or replaced weights: compile again
+    state_dict = load(raw)
     return meta["config"], state_dict, Encoding.from_json(meta["encoding"]), meta["residual_labels"]
 
 
@@ -266,6 +290,7 @@ def _write_cache(entry_dir: Path, fingerprint: str, compiled: CompiledCase, stat
     meta = {
         "format": CACHE_FORMAT,
         "fingerprint": fingerprint,
+        "weights_sha256": hashlib.sha256((tmp / "model.safetensors").read_bytes()).hexdigest(),
         "case": compiled.case.metadata(),
         "config": compiled.config,
         "encoding": compiled.encoding.to_json(),

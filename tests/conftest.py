@@ -21,9 +21,10 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated_zoo_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """No test reads or writes the user's real zoo root."""
+    """No test reads or writes the user's real zoo root or compiled-case cache."""
     home = tmp_path / "zoo-home"
     monkeypatch.setenv("ZOO_HOME", str(home))
+    monkeypatch.setenv("ZOO_COMPILE_CACHE", str(tmp_path / "user-compiled"))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     return home
 

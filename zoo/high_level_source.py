@@ -43,8 +43,9 @@ def high_level_task(case: Any, compile_cache: Path | None) -> Any:
     if is_planted(case):
         return planted_task(case.id)
     from rasp_programs.compile import compile_case
+    from zoo.paths import compile_cache_dir
 
-    return compile_case(case, compile_cache)
+    return compile_case(case, compile_cache, shared_cache=compile_cache_dir())
 
 
 def reference_model(case: Any, compile_cache: Path | None) -> Any:

@@ -85,7 +85,7 @@ def run_list(args: argparse.Namespace) -> int:
 def _compile(args: argparse.Namespace, *, force: bool = False):
     from zoo.high_level_source import resolve_case
     from zoo.errors import ZooError
-    from zoo.paths import compiled_dir, zoo_root
+    from zoo.paths import compile_cache_dir, compiled_dir, zoo_root
 
     case = resolve_case(args.kind, args.id)
     if case.family == "planted":
@@ -101,7 +101,7 @@ def _compile(args: argparse.Namespace, *, force: bool = False):
     if not args.json:
         print(f"compiling case {case.id} ({case.name})...", file=sys.stderr)
     try:
-        return compile_case(case, cache)
+        return compile_case(case, cache, shared_cache=None if force else compile_cache_dir())  # --force: Tracr again
     except CompileError as exc:
         raise ZooError(str(exc)) from None
     except PermissionError as exc:

@@ -22,6 +22,7 @@ The distractors live in training only; the entry records what each node was give
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Sequence
 from typing import Any, Literal
@@ -137,21 +138,29 @@ Z_SAMPLE = 4096
 """Standardised target values kept per distractor to solve its offset on."""
 
 
-def offsets_for_norm(z: torch.Tensor, scale: torch.Tensor, norm: torch.Tensor, iters: int = 40) -> torch.Tensor:
+def offsets_for_norm(z: torch.Tensor, scale: torch.Tensor, norm: torch.Tensor, iters: int = 40, *,
+                     z_stats: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
     """[D] offsets o with mean |o + scale z| = norm over each row of z [D, N] (scale, norm [D]).
 
     mean |o + scale z| is convex in o with its minimum at o* = -scale median(z) and grows without
     bound above it, so bisection on [o*, o* + norm + scale mean|z| + |o*|] finds the root; a norm
-    below the minimum gets o* (the quietest the target can be at that variance)."""
+    below the minimum gets o* (the quietest the target can be at that variance). z_stats: z's
+    (median, mean |z|) per row when the caller keeps them (z is fixed over training)."""
     if z.numel() == 0:
         return norm.clone()
-    lo = -scale * z.median(dim=1).values
-    hi = lo + lo.abs() + norm + scale * z.abs().mean(1) + 1e-6
+    median, abs_mean = z_stats if z_stats is not None else _z_stats(z)
+    lo = -scale * median
+    hi = lo + lo.abs() + norm + scale * abs_mean + 1e-6
     for _ in range(iters):
         mid = (lo + hi) / 2
         above = (mid[:, None] + scale[:, None] * z).abs().mean(1) > norm
         hi, lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
     return (lo + hi) / 2
+
+
+def _z_stats(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """[D] median and [D] mean |z| of each row of z [D, N]."""
+    return z.median(dim=1).values, z.abs().mean(1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -190,6 +199,11 @@ class DistractorTargets:
         z = z[:, torch.linspace(0, z.shape[1] - 1, min(Z_SAMPLE, z.shape[1])).long()] if z.shape[1] else z
         return cls(distractors, torch.tensor(slots, dtype=torch.long).reshape(-1, 2), shift, spread, z, causal)
 
+    @functools.cached_property
+    def z_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """z_sample's per-row median and mean |z|: fixed, so computed once, not every step."""
+        return _z_stats(self.z_sample)
+
     def wanted_norms(self, reference: torch.Tensor) -> torch.Tensor:
         """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]."""
         return torch.tensor([d.offset_factor for d in self.distractors]).sqrt() * reference[1]
@@ -208,7 +222,7 @@ class DistractorTargets:
         if gain is not None:
             var, norm = var * gain[:, 0], norm * gain[:, 1]
         scale = var.sqrt()
-        off = offsets_for_norm(self.z_sample, scale, norm)
+        off = offsets_for_norm(self.z_sample, scale, norm, z_stats=self.z_stats)
         raw = torch.stack([raw_targets(d, tokens, mask) for d in self.distractors])
         T = tokens.shape[1]
         z = bos_quiet((raw - self.shift[:, None, :T]) / self.spread[:, None, :T], self.causal)

@@ -13,6 +13,7 @@ resample effect is 0 is flagged `inert`: it cannot matter on these pairs (REFERE
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 import torch
@@ -30,56 +31,22 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
     """Metrics, per-node effects and circuit-ablated accuracy of `model` on the validation set, in
     every input shape the evaluator's data holds (padded, unpadded, partly padded)."""
     corr, data = evaluator.correspondence, evaluator.data
-    task, tol, lm = evaluator.task_kind, evaluator.tolerance, data.label_mask
-    nodes = corr.low.nodes
     circuit = set(corr.aligned)
     acts = node_activations(model, data.tokens, data.mask, data.present)
-    values = {
-        "resample": acts[:, evaluator.sources],
-        "mean": ablation_values(acts, data.mask, "mean"),
-        "zero": ablation_values(acts, data.mask, "zero"),
-    }
-    shape_ids = data.shape_ids if data.shape_ids is not None else torch.zeros(len(data), dtype=torch.long)
-    shapes = {name: lm & (shape_ids == i)[:, None] for i, name in enumerate(SHAPES) if (shape_ids == i).any()}
-    single = torch.stack([corr.low.mask([n]) for n in nodes])
-    outside = corr.low.mask(corr.non_aligned)[None]
-    clean = evaluator.run_groups(model, torch.zeros_like(single[:1]))[0]
-    frac = lambda ok, where: float(ok[where].float().mean())  # noqa: E731
-    # per input length too: pooled fractions can hide a short length where a node leaks
-    lengths = {int(n): lm & (data.lengths == n)[:, None] for n in data.lengths.unique().tolist()}
-    by_shape: dict[str, dict[str, dict[str, float]]] = {n: {s: {} for s in shapes} for n in nodes}
-    out_by_length: dict[int, dict[str, float]] = {n: {k: 0.0 for k in ABLATIONS} for n in lengths}
-    ablated_accuracy: dict[str, float | None] = {}
-    for kind in ABLATIONS:
-        preds = evaluator.run_groups(model, single, values[kind])
-        for i, node in enumerate(nodes):
-            same = agree(preds[i], clean, task, tol)
-            for shape, where in shapes.items():
-                by_shape[node][shape][kind] = round(1.0 - frac(same, where), 6)
-            if node not in circuit:
-                for n, where in lengths.items():
-                    worst = max(1.0 - frac(same, where & s_) for s_ in shapes.values() if (where & s_).any())
-                    out_by_length[n][kind] = max(out_by_length[n][kind], round(worst, 6))
-        if corr.non_aligned:
-            pred = evaluator.run_groups(model, outside, values[kind])[0]
-            ablated_accuracy[kind] = round(min(frac(agree(pred, data.labels, task, tol), w) for w in shapes.values()), 6)
-        else:
-            ablated_accuracy[kind] = None
-    metrics = evaluator.evaluate(model)
-    # a node's effect is its largest over the input shapes: the bounds hold for every shape
-    effects = {n: {k: max(by_shape[n][s][k] for s in shapes) for k in ABLATIONS} for n in nodes}
+    effects = _Effects.measure(model, evaluator, acts)
     node_rows = [
-        {"node": n, "in_circuit": n in circuit, **effects[n],
-         "inert": n in circuit and effects[n]["resample"] == 0.0, "by_shape": by_shape[n]}
-        for n in nodes
+        {"node": n, "in_circuit": n in circuit, **effects.worst[n],
+         "inert": n in circuit and effects.worst[n]["resample"] == 0.0, "by_shape": effects.by_shape[n]}
+        for n in corr.low.nodes
     ]
     outside_rows = [r for r in node_rows if not r["in_circuit"]]
+    shapes, lm = effects.shapes, data.label_mask
     return {
         "schema_version": 2,
         "n_sequences": len(data),
         "n_labelled_positions": int(lm.sum()),
         "input_shapes": list(shapes),
-        "metrics": metrics,
+        "metrics": evaluator.evaluate(model),
         "node_effects": node_rows,
         "effect_definition": "fraction of labelled positions whose output changes under the ablation "
                              "(regression: by >= tolerance), relative to the unablated model; the "
@@ -92,14 +59,66 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
             for shape in shapes
         },
         "max_out_of_circuit_effect_by_length": {
-            str(n): dict(out_by_length[n], n_sequences=int((data.lengths == n).sum()) // max(len(shapes), 1))
-            for n in sorted(lengths)},
+            str(n): dict(effects.out_by_length[n], n_sequences=int((data.lengths == n).sum()) // max(len(shapes), 1))
+            for n in sorted(effects.out_by_length)},
         "min_in_circuit_resample_effect": min((r["resample"] for r in node_rows if r["in_circuit"]), default=0.0),
-        "accuracy_non_circuit_ablated": ablated_accuracy,
+        "accuracy_non_circuit_ablated": effects.ablated_accuracy,
         "inert_circuit_nodes": [r["node"] for r in node_rows if r["inert"]],
-        "tolerance": tol if task == "regression" else None,
+        "tolerance": evaluator.tolerance if evaluator.task_kind == "regression" else None,
         "realism": realism(model, evaluator, acts),
     }
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class _Effects:
+    """Each node's effect under each ablation, per input shape and per input length."""
+
+    shapes: dict[str, torch.Tensor]
+    """Input shape -> bool [N, T] its labelled positions."""
+    by_shape: dict[str, dict[str, dict[str, float]]]
+    """node -> shape -> ablation -> effect."""
+    worst: dict[str, dict[str, float]]
+    """node -> ablation -> its largest effect over the shapes (the bounds hold for every shape)."""
+    out_by_length: dict[int, dict[str, float]]
+    """input length -> ablation -> the largest out-of-circuit effect at that length, in any shape."""
+    ablated_accuracy: dict[str, float | None]
+    """ablation -> accuracy with every out-of-circuit node ablated at once (worst shape)."""
+
+    @classmethod
+    def measure(cls, model: Transformer, evaluator: Evaluator, acts: torch.Tensor) -> _Effects:
+        corr, data = evaluator.correspondence, evaluator.data
+        task, tol, lm = evaluator.task_kind, evaluator.tolerance, data.label_mask
+        nodes, circuit = corr.low.nodes, set(corr.aligned)
+        values = {"resample": acts[:, evaluator.sources], "mean": ablation_values(acts, data.mask, "mean"),
+                  "zero": ablation_values(acts, data.mask, "zero")}
+        shape_ids = data.shape_ids if data.shape_ids is not None else torch.zeros(len(data), dtype=torch.long)
+        shapes = {name: lm & (shape_ids == i)[:, None] for i, name in enumerate(SHAPES) if (shape_ids == i).any()}
+        single = torch.stack([corr.low.mask([n]) for n in nodes])
+        outside = corr.low.mask(corr.non_aligned)[None]
+        clean = evaluator.run_groups(model, torch.zeros_like(single[:1]))[0]
+        frac = lambda ok, where: float(ok[where].float().mean())  # noqa: E731
+        # per input length too: pooled fractions can hide a short length where a node leaks
+        lengths = {int(n): lm & (data.lengths == n)[:, None] for n in data.lengths.unique().tolist()}
+        by_shape: dict[str, dict[str, dict[str, float]]] = {n: {s: {} for s in shapes} for n in nodes}
+        out_by_length: dict[int, dict[str, float]] = {n: {k: 0.0 for k in ABLATIONS} for n in lengths}
+        ablated: dict[str, float | None] = {}
+        for kind in ABLATIONS:
+            preds = evaluator.run_groups(model, single, values[kind])
+            for i, node in enumerate(nodes):
+                same = agree(preds[i], clean, task, tol)
+                for shape, where in shapes.items():
+                    by_shape[node][shape][kind] = round(1.0 - frac(same, where), 6)
+                if node not in circuit:
+                    for n, where in lengths.items():
+                        worst = max(1.0 - frac(same, where & s_) for s_ in shapes.values() if (where & s_).any())
+                        out_by_length[n][kind] = max(out_by_length[n][kind], round(worst, 6))
+            ablated[kind] = None
+            if corr.non_aligned:
+                pred = evaluator.run_groups(model, outside, values[kind])[0]
+                ablated[kind] = round(min(frac(agree(pred, data.labels, task, tol), w) for w in shapes.values()), 6)
+        worst_of = {n: {k: max(by_shape[n][s][k] for s in shapes) for k in ABLATIONS} for n in nodes}
+        return cls(shapes=shapes, by_shape=by_shape, worst=worst_of, out_by_length=out_by_length,
+                   ablated_accuracy=ablated)
 
 
 def realism(model: Transformer, evaluator: Evaluator, acts: torch.Tensor | None = None) -> dict[str, Any]:

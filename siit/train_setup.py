@@ -1,0 +1,119 @@
+"""A high-level task + TrainConfig -> everything fixed before the first SIIT step (`Setup`):
+architecture, correspondence, training data, validation pairs and the distractor tasks; and the
+module that training updates (`Trainee`: the model, the distractors' probes, the loudness)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+from torch import nn
+
+from siit.config import ArchConfig, ConfigError, TrainConfig
+from siit.correspondence import Correspondence
+from siit.data import SHAPES, Dataset, case_seed, make_dataset, resolve_pairing, source_length_weights, step_generator, with_shapes
+from siit.distractors import DistractorTargets, make_distractors
+from siit.high_level import HighLevelModel, as_task, selection_rows
+from siit.loudness import Loudness
+from siit.metrics import Evaluator
+from siit.transformer import Transformer
+
+CHECK_ROWS = 128
+"""Validation pairs of the cheap periodic check (siit.train_checks): the first CHECK_ROWS of the
+padded validation set."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Setup:
+    high: HighLevelModel
+    low_config: dict[str, Any]
+    corr: Correspondence
+    train_set: Dataset
+    evaluator: Evaluator
+    high_masks: torch.Tensor
+    """bool [n_high, n_high]: row i selects high-level node i (HighLevelModel.interchange's select)."""
+    low_masks: torch.Tensor
+    non_aligned: torch.Tensor
+    """bool [L, S]: the non-aligned low-level nodes."""
+    pairing: str
+    """The resolved TrainConfig.pairing ("auto" decided)."""
+    final_evaluator: Evaluator
+    """Validation pairs in every input shape (the entry's validation); `evaluator` has the padded
+    copy of the same pairs."""
+    vary_shapes: bool
+    """Training rows take random input shapes (bidirectional attention with input_shapes on)."""
+    targets: DistractorTargets | None
+    """The distractor tasks of the out-of-circuit nodes, or None."""
+    circuit_slots: torch.Tensor
+    """long [C, 2]: (layer, slot) of every circuit node (for the norm ceiling)."""
+    case_seed: int
+    """Seed of the per-case choices (siit.data.case_seed): correspondence, distractors, rescale."""
+    check_evaluator: Evaluator | None
+    """The cheap periodic check: the first CHECK_ROWS padded validation sequences, paired among
+    themselves (None when the validation set is not larger)."""
+    last_position_weight: float
+    """The task's weight of the last input position in the IIT and SIIT losses (1: none)."""
+    source_weight: torch.Tensor
+    """[max length + 1] weight of a source row by its length in the loudness the busy nodes are
+    matched on (siit.data.source_length_weights): sources then count as the training inputs do."""
+
+
+class Trainee(nn.Module):
+    """The model, the distractors' probe directions and the circuit's running loudness (the
+    distractors' reference, siit.loudness): one module, so a checkpoint holds all of them."""
+
+    def __init__(self, model: Transformer, n_probes: int) -> None:
+        super().__init__()
+        self.model = model
+        self.probes = nn.Parameter(torch.zeros(n_probes, model.d_model))
+        self.loudness = Loudness(n_probes)
+
+
+def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> Setup:
+    """Architecture, correspondence, data and distractor tasks: everything fixed before step 1.
+    `task`: a siit.high_level.HighLevelTask, or a compiled case (wrapped in TracrTask)."""
+    task = as_task(task)
+    kind = task.case.task_kind
+    high = task.high_level()
+    low_config = task.low_level_config(arch)
+    per_case = case_seed(config.seed, task.case.id)
+    corr = task.correspondence(low_config, per_case)
+    if not corr.high_nodes:
+        raise ConfigError(f"case {task.case.id}: the high-level graph has no nodes to align")
+    if tuple(high.nodes) != corr.high_nodes:
+        raise ConfigError(f"case {task.case.id}: the correspondence names other high-level nodes than the model")
+    selects = selection_rows(len(corr.high_nodes))
+    train_set = make_dataset(task, high, config.n_train, seed=2 * config.seed + 1)
+    val_set = make_dataset(task, high, config.n_val, seed=2 * config.seed + 2)
+    pairing = resolve_pairing(config.pairing, train_set, high, selects, corr.high_nodes, kind, config.seed)
+    causal = low_config["attention_dir"] == "causal"
+    build = lambda data: Evaluator.build(  # noqa: E731
+        data, high, corr, task_kind=kind, tolerance=config.regression_tolerance, pairing=pairing,
+        generator=step_generator(config.seed, -1))
+    final = build(with_shapes(val_set, SHAPES, step_generator(config.seed, -3)))
+    # periodic checks run on the padded copy; the other shapes are checked once it meets the criterion
+    evaluator = build(with_shapes(val_set, ("padded",), step_generator(config.seed, -3)))
+    cheap = build(with_shapes(_head(val_set, CHECK_ROWS), ("padded",), step_generator(config.seed, -4))) \
+        if config.n_val > CHECK_ROWS else None
+    targets = None
+    if config.distractors and corr.non_aligned:
+        spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
+                                causal=causal, seed=per_case, spread=config.distractor_spread)
+        targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
+                                        train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
+    circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long).reshape(-1, 2)
+    return Setup(high=high, low_config=low_config, corr=corr, train_set=train_set, evaluator=evaluator,
+                 high_masks=selects, low_masks=corr.low_masks(), non_aligned=corr.low.mask(corr.non_aligned),
+                 pairing=pairing, final_evaluator=final, vary_shapes=config.input_shapes and not causal,
+                 targets=targets, circuit_slots=circuit_slots, case_seed=per_case, check_evaluator=cheap,
+                 last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
+                 source_weight=source_length_weights(train_set.lengths, pairing))
+
+
+
+
+def _head(data: Dataset, n: int) -> Dataset:
+    """The first n sequences of `data` (a Dataset without input shapes)."""
+    return dataclasses.replace(data, tokens=data.tokens[:n], mask=data.mask[:n], lengths=data.lengths[:n],
+                               labels=data.labels[:n], high_acts=data.high_acts[:, :n], seqs=data.seqs[:n])

@@ -1,0 +1,147 @@
+"""One SIIT training step: a batch of base/source pairs -> the losses of Appendix H (or Algorithm 1)
+on as few forward passes as the maths allows -> one optimiser update (three for alg1).
+
+Every row of a batch samples its own high-level node for IIT and its own non-aligned nodes for
+strictness, so a step needs no per-node Python loop: the source run is one forward pass (its node
+activations are the patch values and carry the realism losses), and the IIT, strictness and
+behaviour rows are one stacked base run of 3 x batch rows that reads the one copy of the source
+activations (siit.transformer.Patch). Every row also takes its own input shape (padded,
+unpadded, partly padded) under bidirectional attention.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from siit.config import TrainConfig
+from siit.data import SHAPES, epoch_order, pair_sources, present_mask, random_shapes, step_generator
+from siit.distractors import distractor_loss, norm_ceiling_loss, readout
+from siit.losses import last_position_weights, output_loss
+from siit.loudness import shape_groups
+from siit.optim import Adam
+from siit.train_setup import Setup, Trainee
+from siit.transformer import Patch
+
+
+def _batch(s: Setup, config: TrainConfig, step: int) -> tuple[torch.Tensor, torch.Tensor, torch.Generator]:
+    """Base and source indices of one step, and the step's random stream."""
+    epoch, within = divmod(step, config.steps_per_epoch)
+    order = epoch_order(config.seed, epoch, len(s.train_set))
+    bases = order[within * config.batch_size : (within + 1) * config.batch_size]
+    gen = step_generator(config.seed, step)
+    return bases, pair_sources(s.train_set.lengths, bases, s.pairing, gen), gen
+
+
+def _present(s: Setup, lengths: torch.Tensor,
+             gen: torch.Generator) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """Random input shapes for a batch's rows: (present mask, bool [B] rows drawn padded), or
+    (None, None) when every row is padded to n_ctx."""
+    if not s.vary_shapes:
+        return None, None
+    n_ctx = s.train_set.tokens.shape[1]
+    kept, shape = random_shapes(lengths, n_ctx, gen)
+    return present_mask(lengths, n_ctx, kept), drawn_padded(s, shape)
+
+
+def drawn_padded(s: Setup, shape_ids: torch.Tensor) -> torch.Tensor | None:
+    """bool [B]: rows that stand for inputs padded to n_ctx (siit.loudness keeps their reference
+    apart); None when shapes do not vary, and one reference serves every row."""
+    return shape_ids == SHAPES.index("padded") if s.vary_shapes else None
+
+
+def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
+          task: str, step: int, emphasis: torch.Tensor | None = None) -> dict[str, float]:
+    model = trainee.model
+    bases, sources, gen = _batch(s, config, step)
+    d = s.train_set
+    tokens, mask, labels, lm = d.tokens[bases], d.mask[bases], d.labels[bases], d.label_mask[bases]
+    (present, _), (src_present, src_padded) = _present(s, d.lengths[bases], gen), _present(s, d.lengths[sources], gen)
+    B = bases.shape[0]
+    # IIT: each row intervenes on one high-level node (and its low-level image), lagging ones more
+    # often once training has stalled (siit.adaptation)
+    if emphasis is None:
+        choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
+    else:
+        choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
+    iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
+    iit_mask = s.low_masks[choice]
+    strict_mask = _strict_mask(s.non_aligned, B, config.strict_sampling, gen)
+    weights = {"iit": config.iit_weight, "strict": config.strict_weight, "behavior": config.behavior_weight}
+    targets = {"iit": iit_target, "strict": labels, "behavior": labels}
+    masks = {"iit": iit_mask, "strict": strict_mask, "behavior": torch.zeros_like(iit_mask)}
+    parts = [k for k, w in weights.items() if w > 0]
+    position = (None if s.last_position_weight == 1.0 else
+                last_position_weights(d.lengths[bases], tokens.shape[1], s.last_position_weight))
+    position_weight = {"iit": position, "strict": position, "behavior": None}
+    # realism losses count every real position, BOS included, as eval.realism does
+    src = (d.tokens[sources], d.mask[sources], src_present, src_padded, d.mask[sources].bool(),
+           s.source_weight[d.lengths[sources]])
+    out: dict[str, float] = {}
+    groups = [parts] if config.scheme == "apph" else [[p] for p in parts]  # alg1: one update per loss
+    for group in groups:
+        source_acts, aux = _source_run(trainee, s, config, *src, out)
+        k = len(group)
+        patch = Patch(mask=torch.cat([masks[p] for p in group]), values=source_acts.repeat(1, k, 1, 1, 1))
+        rows_present = None if present is None else present.repeat(k, 1)
+        logits, _ = model(tokens.repeat(k, 1), mask.repeat(k, 1), patch, present=rows_present)
+        total = aux
+        for i, part in enumerate(group):
+            loss = output_loss(logits[i * B : (i + 1) * B], targets[part], lm, task,
+                               position_weight[part]) * weights[part]
+            out[part] = float(loss.detach())
+            total = total + loss
+        optimizer.zero_grad()
+        total.backward()
+        optimizer.step()
+    out["total"] = sum(v for key, v in out.items() if key != "total")
+    return out
+
+
+def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.Tensor, mask: torch.Tensor,
+                present: torch.Tensor | None, padded: torch.Tensor | None, positions: torch.Tensor,
+                row_weight: torch.Tensor,
+                out: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Node activations of the source run [L, B, T, S, d] (the patch values) and the realism losses
+    on them (distractors of out-of-circuit nodes, norm ceiling of circuit nodes).
+
+    With `source_gradient` the IIT/SIIT loss is differentiated through the source run too (the
+    full gradient of LOSS(INTINV(M, b, s, V))): strictness can then make a non-aligned node itself
+    input-independent, instead of only teaching the rest of the model to compensate for it."""
+    need_grad = config.source_gradient or s.targets is not None
+    with torch.set_grad_enabled(need_grad):
+        acts = trainee.model(tokens, mask, return_acts=True, present=present)[1]
+    aux = acts.new_zeros(())
+    if s.targets is not None:
+        weight = positions * row_weight[:, None]  # [B, T] sources weighted as the training inputs
+        groups = shape_groups(weight, padded)
+        trainee.loudness.update(acts, s.circuit_slots, s.targets, groups)
+        target = trainee.loudness.targets(s.targets, tokens, mask, padded)
+        d_loss = distractor_loss(readout(acts, s.targets.slots, trainee.probes), target, positions)
+        for term in trainee.loudness.norm_terms(acts, s.targets, groups, weight):
+            d_loss = d_loss + term
+        c_loss = norm_ceiling_loss(acts, s.circuit_slots, positions, config.circuit_norm_ceiling)
+        out["distractor"], out["norm_ceiling"] = float(d_loss.detach()), float(c_loss.detach())
+        aux = config.distractor_weight * d_loss + c_loss
+    return (acts if config.source_gradient else acts.detach()), aux
+
+
+def _strict_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator) -> torch.Tensor:
+    """bool [B, L, S] of ablated non-aligned nodes (see TrainConfig.strict_sampling)."""
+    if not non_aligned.any():
+        return non_aligned.expand(batch, *non_aligned.shape).clone()
+    half = (torch.rand(batch, *non_aligned.shape, generator=gen) < 0.5) & non_aligned
+    one = _one_node(non_aligned, batch, gen)
+    if sampling == "half":
+        return half
+    if sampling == "one":
+        return one
+    rows = (torch.rand(batch, generator=gen) < 0.5)[:, None, None]  # "mixed": half the rows each
+    return torch.where(rows, half, one)
+
+
+def _one_node(non_aligned: torch.Tensor, batch: int, gen: torch.Generator) -> torch.Tensor:
+    flat = non_aligned.flatten().nonzero().flatten()
+    pick = flat[torch.randint(0, flat.numel(), (batch,), generator=gen)]
+    out = torch.zeros(batch, non_aligned.numel(), dtype=torch.bool)
+    out[torch.arange(batch), pick] = True
+    return out.reshape(batch, *non_aligned.shape)

@@ -30,7 +30,7 @@ def test_the_cheap_gate_changes_the_cost_not_the_result(compiled, monkeypatch) -
             assert record["checked_on"] == "padded"  # a stop is decided on the full set
         if record["checked_on"] == "subset":
             m = record["metrics"]
-            assert min(m["accuracy"], m["iia_min"], m["siia_min"]) < 1.0
+            assert min(m["accuracy"], m["iia_min"], m["siia_min"]) < 1.0 or m["distractor_r2_min"] < 0.85
 
 
 def test_a_small_validation_set_has_no_subset(compiled) -> None:

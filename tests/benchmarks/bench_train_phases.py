@@ -9,8 +9,11 @@ wrapping the functions that do them (monkeypatching inside the child process onl
 "start-up" is the process's wall time before the CLI runs (interpreter and imports),
 "other" the rest (bookkeeping, progress bar, the final rescale).
 
-Usage: python tests/benchmarks/bench_train_phases.py [--runs 3] [--cold] [CASE ...]   (default 33 3)
---cold: no user cache (every run compiles with Tracr, as before the cache existed).
+Usage: python tests/benchmarks/bench_train_phases.py [--runs 3] [--cold] [--compare DIR] [CASE ...]
+(default cases 33 3). --cold: no user cache (every run compiles with Tracr, as before the cache
+existed). --compare DIR: also run the zoo checked out in DIR (e.g. `git archive main | tar -x -C
+DIR`, put first on PYTHONPATH), interleaved with this checkout run by run (A B A B), and report
+both: a before/after table measured under the same load.
 """
 
 from __future__ import annotations
@@ -106,13 +109,15 @@ def _interpreter_s(env: dict[str, str]) -> float:
 
 def main(argv: list[str] | None = None) -> dict:
     argv = sys.argv[1:] if argv is None else argv
-    runs, cold, cases = 3, False, []
+    runs, cold, cases, compare = 3, False, [], None
     it = iter(argv)
     for arg in it:
         if arg == "--runs":
             runs = int(next(it))
         elif arg == "--cold":
             cold = True
+        elif arg == "--compare":
+            compare = os.path.abspath(next(it))
         else:
             cases.append(arg)
     cases = cases or ["33", "3"]
@@ -122,12 +127,19 @@ def main(argv: list[str] | None = None) -> dict:
         for case in cases:
             subprocess.run([sys.executable, "-m", "zoo.cli", "compile", "case", case, "--root",
                             tempfile.mkdtemp(prefix="zoo-warm-")], env=env, capture_output=True, check=True)
-    rows: dict[str, list[dict]] = {c: [] for c in cases}
+    env.pop("PYTHONPATH", None)
+    versions = {"this checkout": env}
+    if compare is not None:
+        versions = {compare: dict(env, PYTHONPATH=compare), "this checkout": env}
+    rows: dict[str, list[dict]] = {f"{c} @ {v}": [] for c in cases for v in versions}
+    loads = [os.getloadavg()[0]]
     for _ in range(runs):  # interleaved: A B A B
         for case in cases:
-            rows[case].append(run_once(case, env))
-    out = {"runs": runs, "cold_compile": cold, "load_avg_1min": os.getloadavg()[0],
-           "cores": len(os.sched_getaffinity(0)), "cases": {}}
+            for name, version_env in versions.items():
+                rows[f"{case} @ {name}"].append(run_once(case, version_env))
+                loads.append(os.getloadavg()[0])
+    out = {"runs": runs, "cold_compile": cold, "load_avg_1min_median": statistics.median(loads),
+           "load_avg_1min_range": [min(loads), max(loads)], "cores": len(os.sched_getaffinity(0)), "cases": {}}
     for case, rs in rows.items():
         keys = ("wall_s", *PHASES, "other")
         out["cases"][case] = {

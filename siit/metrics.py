@@ -68,7 +68,7 @@ class Evaluator:
         return names, torch.stack(masks)
 
     def run_groups(self, model: Transformer, masks: torch.Tensor,
-                   source_acts: torch.Tensor | None = None) -> torch.Tensor:
+                   source_acts: torch.Tensor | None = None, *, acts: torch.Tensor | None = None) -> torch.Tensor:
         """Predictions [G, N, T] of the base runs under each group's intervention (masks [G, L, S]).
 
         A group patched from block l on computes blocks before l exactly as the clean run does, so
@@ -101,14 +101,14 @@ class Evaluator:
         inverse[order] = torch.arange(order.shape[0])
         return torch.cat(out)[inverse]
 
-    def evaluate(self, model: Transformer) -> dict[str, Any]:
+    def evaluate(self, model: Transformer, *, acts: torch.Tensor | None = None) -> dict[str, Any]:
         """accuracy, iia (mean over high-level nodes), iia_min, siia (mean over single non-aligned
         nodes), siia_min (including all-at-once), siia_all, and per-node values; on data in several
         input shapes also `by_shape`: each shape's accuracy, iia_min, siia_min, labelled positions
         and the node with the lowest IIA (each pooled score is the position-weighted mean of its
-        per-shape scores)."""
+        per-shape scores). acts: as for run_groups."""
         names, masks = self.groups()
-        preds = self.run_groups(model, masks)
+        preds = self.run_groups(model, masks, acts=acts)
         lm = self.data.label_mask
         agreed = []  # bool [N, T] per group
         for i, name in enumerate(names):

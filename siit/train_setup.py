@@ -19,11 +19,6 @@ from siit.loudness import Loudness
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
 
-CHECK_ROWS = 128
-"""Validation pairs of the cheap periodic check (siit.train_checks): the first CHECK_ROWS of the
-padded validation set."""
-
-
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Setup:
     high: HighLevelModel
@@ -49,9 +44,6 @@ class Setup:
     """long [C, 2]: (layer, slot) of every circuit node (for the norm ceiling)."""
     case_seed: int
     """Seed of the per-case choices (siit.data.case_seed): correspondence, distractors, rescale."""
-    check_evaluator: Evaluator | None
-    """The cheap periodic check: the first CHECK_ROWS padded validation sequences, paired among
-    themselves (None when the validation set is not larger)."""
     last_position_weight: float
     """The task's weight of the last input position in the IIT and SIIT losses (1: none)."""
     source_weight: torch.Tensor
@@ -94,8 +86,6 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> 
     final = build(with_shapes(val_set, SHAPES, step_generator(config.seed, -3)))
     # periodic checks run on the padded copy; the other shapes are checked once it meets the criterion
     evaluator = build(with_shapes(val_set, ("padded",), step_generator(config.seed, -3)))
-    cheap = build(with_shapes(_head(val_set, CHECK_ROWS), ("padded",), step_generator(config.seed, -4))) \
-        if config.n_val > CHECK_ROWS else None
     targets = None
     if config.distractors and corr.non_aligned:
         spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
@@ -106,14 +96,9 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> 
     return Setup(high=high, low_config=low_config, corr=corr, train_set=train_set, evaluator=evaluator,
                  high_masks=selects, low_masks=corr.low_masks(), non_aligned=corr.low.mask(corr.non_aligned),
                  pairing=pairing, final_evaluator=final, vary_shapes=config.input_shapes and not causal,
-                 targets=targets, circuit_slots=circuit_slots, case_seed=per_case, check_evaluator=cheap,
+                 targets=targets, circuit_slots=circuit_slots, case_seed=per_case,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
                  source_weight=source_length_weights(train_set.lengths, pairing))
 
 
 
-
-def _head(data: Dataset, n: int) -> Dataset:
-    """The first n sequences of `data` (a Dataset without input shapes)."""
-    return dataclasses.replace(data, tokens=data.tokens[:n], mask=data.mask[:n], lengths=data.lengths[:n],
-                               labels=data.labels[:n], high_acts=data.high_acts[:, :n], seqs=data.seqs[:n])

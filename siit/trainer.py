@@ -3,7 +3,7 @@ transformer trained with (S)IIT to criterion.
 
 `train` reads like the pipeline: architecture, correspondence, data and distractor tasks
 (siit.train_setup.prepare), model and optimiser, (resume), steps (siit.train_step) with periodic
-checks (siit.train_checks: cheap while the criterion is far) and checkpoints until the criterion
+checks (siit.train_checks) and checkpoints until the criterion
 or the step budget (adapted when progress stalls: siit.adaptation), then the function-preserving
 head rescale and a last validation in every input shape.
 

@@ -46,7 +46,7 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
         "n_sequences": len(data),
         "n_labelled_positions": int(lm.sum()),
         "input_shapes": list(shapes),
-        "metrics": evaluator.evaluate(model),
+        "metrics": evaluator.evaluate(model, acts=acts),
         "node_effects": node_rows,
         "effect_definition": "fraction of labelled positions whose output changes under the ablation "
                              "(regression: by >= tolerance), relative to the unablated model; the "

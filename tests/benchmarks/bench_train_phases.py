@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import resource
 import statistics
 import subprocess
 import sys
@@ -76,17 +77,18 @@ def _child(case: str, root: str) -> None:
 
 def run_once(case: str, env: dict[str, str]) -> dict:
     root = tempfile.mkdtemp(prefix="zoo-phases-")
-    start = time.perf_counter()
+    start, before = time.perf_counter(), resource.getrusage(resource.RUSAGE_CHILDREN)
     proc = subprocess.run([sys.executable, __file__, "--child", case, root], capture_output=True, text=True,
                           env=env)
-    wall = time.perf_counter() - start
+    wall, after = time.perf_counter() - start, resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime + after.ru_stime) - (before.ru_utime + before.ru_stime)
     report = json.loads(proc.stderr.strip().splitlines()[-1])
     summary = json.loads(proc.stdout)
     spent = report["spent"]
     known = sum(spent.values())
     # start-up: interpreter + imports before the CLI parses; everything else untimed is "other"
     startup = report["import_s"] + _interpreter_s(env)
-    row = {"wall_s": wall, "startup": startup, **spent, "other": max(0.0, wall - startup - known),
+    row = {"wall_s": wall, "cpu_s": cpu, "startup": startup, **spent, "other": max(0.0, wall - startup - known),
            "steps_n": summary["steps"], "met": summary["met_criterion"], "exit": report["code"],
            "evaluations_n": report["counts"].get("evaluation", 0)}
     return row
@@ -141,7 +143,7 @@ def main(argv: list[str] | None = None) -> dict:
     out = {"runs": runs, "cold_compile": cold, "load_avg_1min_median": statistics.median(loads),
            "load_avg_1min_range": [min(loads), max(loads)], "cores": len(os.sched_getaffinity(0)), "cases": {}}
     for case, rs in rows.items():
-        keys = ("wall_s", *PHASES, "other")
+        keys = ("wall_s", "cpu_s", *PHASES, "other")
         out["cases"][case] = {
             "median": {k: round(statistics.median(r[k] for r in rs), 3) for k in keys},
             "steps": [r["steps_n"] for r in rs], "evaluations": [r["evaluations_n"] for r in rs],

@@ -67,9 +67,9 @@ def _child(case: str, root: str) -> None:
         timed(module, "_evaluate", "evaluation")
         timed(module, "evaluate_trainee", "evaluation")
     timed("siit.validation", "validate_model", "validation")
-    for module in ("zoo.commands.training", "zoo.training_job", "zoo.entry_writer"):
+    for module in ("zoo.commands.training", "zoo.train_entry"):
         timed(module, "_write", "write")
-        timed(module, "write_trained_entry", "write")
+        timed(module, "write_entry_files", "write")
     startup = time.perf_counter() - t0
     code = zoo_main(["train", "case", case, "--root", root, "--json"])
     print(json.dumps({"code": code, "import_s": startup, "spent": spent, "counts": counts}), file=sys.stderr)

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from rasp_programs.case import get_case
+from rasp_programs.lookup import get_case
 from rasp_programs.compile import compile_case
 from zoo.paths import compile_cache_dir
 
-TESTS = Path(__file__).parent
+TESTS = Path(__file__).parent.parent
 
 
 def test_cache_dir_follows_the_environment(tmp_path, monkeypatch):

@@ -108,11 +108,6 @@ class Transformer(nn.Module):
                      "hook_attn_out", "hook_mlp_in", "hook_mlp_out", "hook_resid_post")
         return {f"blocks.{l}.{p}": None for l in range(self.n_layers) for p in per_block}
 
-    @property
-    def n_slots(self) -> int:
-        """Node slots per layer: the heads, then the MLP."""
-        return self.n_heads + 1
-
     def forward(
         self,
         tokens: torch.Tensor,

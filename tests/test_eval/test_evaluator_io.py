@@ -9,7 +9,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -177,18 +176,18 @@ def test_a_folder_of_mib_circuit_files_reads_as_several_circuits(tmp_path):
         read_score_file(empty, GRAPH)
 
 
-def test_reading_a_large_score_file_is_not_quadratic(tmp_path):
+def test_reading_a_large_score_file(tmp_path):
+    """MIB's GPT-2-small edge count reads whole; that it reads in linear time is measured by
+    tests/benchmarks/bench_score_files.py (a list.index-style check once made it quadratic)."""
     graph = ComputationGraph(n_layers=12, n_heads=12)
     edges = graph.at("qkv").edges
     assert len(edges) == 32491  # MIB's GPT-2 small count
     payload = {"cfg": {"n_layers": 12, "n_heads": 12}, "nodes": {},
                "edges": {f"{s}->{d}": {"score": 1.0 / (i + 1), "in_graph": False} for i, (s, d) in enumerate(edges)}}
     path = _write(tmp_path, payload)
-    start = time.perf_counter()
     out = read_score_file(path, graph)
-    elapsed = time.perf_counter() - start
     assert len(out.edge_scores) == 32491
-    assert elapsed < 15, f"reading 32491 edges took {elapsed:.1f} s (quadratic check_edge?)"  # ~0.5 s here
+    assert out.edge_scores[edges[0]] == 1.0 and out.edge_scores[edges[-1]] == 1.0 / 32491
 
 
 @pytest.mark.parametrize("payload", [{"edges": {}}, {"nodes": {"m0": {"score": True}}}])

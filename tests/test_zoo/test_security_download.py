@@ -150,13 +150,12 @@ def test_repository_info_larger_than_its_bound_is_refused(hub, good, root, tmp_p
 
 
 def test_a_server_that_stops_answering_does_not_hang_the_pull(hub, good, root, tmp_path, capsys, monkeypatch) -> None:
-    import time
-
+    """Without a read timeout the client waits out the stall and the pull then succeeds (exit 0):
+    exit 2 is the timeout's doing (no timed assertion needed)."""
     plant(hub, "case-33", edited(good["case-33"]))
     monkeypatch.setenv("HF_HUB_DOWNLOAD_TIMEOUT", "1")
     hub.stall_s = 8.0
-    start = time.perf_counter()
     code, _, err = pull(capsys, root, "case", "33")
     assert code == 2 and len(err.strip().splitlines()) == 1 and err.startswith("zoo: error: "), err
-    assert time.perf_counter() - start < 6
+    assert "cannot reach the Hub" in err
     assert_nothing_escaped(tmp_path)

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -65,7 +64,6 @@ def test_unsafe_score_files_are_refused_at_once(make, needle, tmp_path) -> None:
             done.append(exc)
 
     reader = threading.Thread(target=read, daemon=True)
-    start = time.perf_counter()
     reader.start()
     reader.join(timeout=20)
     if reader.is_alive():  # unblock a reader stuck on the FIFO before failing
@@ -74,7 +72,6 @@ def test_unsafe_score_files_are_refused_at_once(make, needle, tmp_path) -> None:
         pytest.fail(f"reading {path} did not return within 20 s")
     assert len(done) == 1 and isinstance(done[0], MethodError), done
     assert needle in str(done[0]) and "\n" not in str(done[0])
-    assert time.perf_counter() - start < 20
 
 
 def test_cli_refuses_a_fifo_and_a_device_as_score_files(tmp_path, capsys) -> None:
@@ -101,9 +98,8 @@ def test_activation_bound_refuses_a_long_context_before_running_it(hub, good, ro
     config = json.loads(good["case-33"]["config.json"])
     assert activation_bytes(config, 256, 1024) > MAX_ACTIVATION_BYTES  # what the probe asked: 3.6 GB
     plant(hub, "case-x-y", _long_context(good["case-33"], 1024))
-    start = time.perf_counter()
+    # refused from the numbers: the forward pass (3.6 GB, 30 s) would have ended in an install, not this error
     probe(capsys, tmp_path, root, ["case", "x:y"], f"over the bound of {MAX_ACTIVATION_BYTES >> 20} MiB")
-    assert time.perf_counter() - start < 30  # refused from the numbers, not after a 30 s forward pass
 
 
 def test_activation_estimate_is_an_upper_bound_on_a_small_model() -> None:

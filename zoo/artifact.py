@@ -62,9 +62,14 @@ as long before each new start, up to 0.25 s). One read can span several back-to-
 loaded machine (five quick retries gave up there); waiting beats failing."""
 
 
+def is_entry_name(name: object) -> bool:
+    """Whether `name` is a valid entry name (`case-33`, `planted-ioi`; never `case-33.failed`)."""
+    return isinstance(name, str) and bool(ENTRY_NAME.fullmatch(name)) and ".." not in name
+
+
 def check_entry_name(name: str) -> str:
-    """`name` if it is a valid entry name (`case-33`, `planted-ioi`); it becomes a path component."""
-    if not isinstance(name, str) or not ENTRY_NAME.fullmatch(name) or ".." in name:
+    """`name` if it is a valid entry name (is_entry_name); it becomes a path component."""
+    if not is_entry_name(name):
         raise ArtifactError(
             f"invalid entry name {name!r}: expected case-<id> or planted-<name> (letters, digits, . _ -; "
             f"not ending in {FAILED_SUFFIX})"

@@ -169,10 +169,10 @@ def _api(s: HubSettings):
 def remote_entries(names: Sequence[str]) -> list[str]:
     """Entry folder names among repository paths; other folders (a failed run's `case-33.failed`,
     anything not named like an entry) are not entries and are left alone."""
-    from zoo.artifact import ENTRY_NAME
+    from zoo.artifact import is_entry_name
 
     folders = {p.split("/", 1)[0] for p in names if "/" in p}
-    return sorted(f for f in folders if ENTRY_NAME.fullmatch(f) and ".." not in f)
+    return sorted(f for f in folders if is_entry_name(f))
 
 
 def _check_remote_folder(s: HubSettings, name: str, repo_files: Sequence[str]) -> None:

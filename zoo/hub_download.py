@@ -34,7 +34,7 @@ import os
 import re
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 from urllib.parse import quote, urljoin, urlsplit
@@ -215,39 +215,41 @@ def _check_headers(response: Any, source: Source, what: str) -> None:
                                 "a path; refused")
 
 
-def read_bytes(client: Any, source: Source, url: str, limit: int, what: str) -> bytes:
-    """The body at `url` (after redirects), at most `limit` bytes; StatusError unless it is 200."""
-    chunks, total = [], 0
+def _body(client: Any, source: Source, url: str, limit: int, too_much: str, what: str) -> Iterator[bytes]:
+    """The chunks of the body at `url` (after redirects), refused as soon as they pass `limit` bytes
+    (`too_much` says which limit, for the message); StatusError unless the answer is 200."""
+    total = 0
     with _stream(client, source, url, what) as response:
         for chunk in response.iter_bytes():
             total += len(chunk)
             if total > limit:
-                raise DownloadError(f"{what}: the Hub sent more than {limit} bytes; refused")
-            chunks.append(chunk)
-    return b"".join(chunks)
+                raise DownloadError(f"{what}: the Hub sent more than {too_much}; refused")
+            yield chunk
+
+
+def read_bytes(client: Any, source: Source, url: str, limit: int, what: str) -> bytes:
+    """The body at `url` (after redirects), at most `limit` bytes; StatusError unless it is 200."""
+    return b"".join(_body(client, source, url, limit, f"{limit} bytes", what))
 
 
 def _download(client: Any, source: Source, folder: str, remote: RemoteFile, dest: Path) -> None:
     """One listed file into `dest` (a path the zoo chose): at most its listed size, its hash checked."""
     what = f"downloading {folder}/{remote.name}"
     sha, blob, total = hashlib.sha256(), hashlib.sha1(b"blob %d\0" % remote.size), 0
+    url = source.url("resolve", f"{folder}/{remote.name}")
     with open(dest, "xb") as out:
-        with _stream(client, source, source.url("resolve", f"{folder}/{remote.name}"), what) as response:
-            for chunk in response.iter_bytes():
-                total += len(chunk)
-                if total > remote.size:
-                    raise DownloadError(f"{what}: the Hub sent more than the {remote.size} bytes it listed; refused")
-                sha.update(chunk)
-                blob.update(chunk)
-                out.write(chunk)
+        for chunk in _body(client, source, url, remote.size, f"the {remote.size} bytes it listed", what):
+            total += len(chunk)
+            sha.update(chunk)
+            blob.update(chunk)
+            out.write(chunk)
     if total != remote.size:
         raise DownloadError(f"{what}: the Hub sent {total} bytes, not the {remote.size} it listed; refused")
     if not remote.check(sha.hexdigest(), blob.hexdigest()):
         raise DownloadError(f"{what}: the bytes do not match the hash the Hub listed; refused")
 
 
-def download_entry(client: Any, source: Source, name: str, storage: Path,
-                   progress: Callable[[str], None] | None = None) -> Path:
+def download_entry(client: Any, source: Source, name: str, storage: Path) -> Path:
     """Entry folder `name` at `source.commit` -> `storage/snapshots/<commit>/<name>`, verified.
 
     The files land in a temporary folder the zoo makes under `storage`, which becomes the snapshot
@@ -265,8 +267,6 @@ def download_entry(client: Any, source: Source, name: str, storage: Path,
         folder = staging / name
         folder.mkdir()
         for r in remote:
-            if progress is not None:
-                progress(r.name)
             _download(client, source, name, r, folder / r.name)
         verify_entry(folder, name=name)
         final = storage / "snapshots" / source.commit / name

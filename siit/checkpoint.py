@@ -31,8 +31,9 @@ class CheckpointError(ValueError):
 def save_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam, meta: dict[str, Any]) -> None:
     from safetensors.torch import save_file
 
-    tensors = {f"model.{k}": v.detach().contiguous() for k, v in model.state_dict().items()}
-    tensors.update({f"optim.{k}": v.detach().contiguous() for k, v in optimizer.state_tensors().items()})
+    # on the CPU: a checkpoint made on a GPU resumes anywhere (load_state_dict copies onto the device)
+    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
+    tensors.update({f"optim.{k}": v.detach().cpu().contiguous() for k, v in optimizer.state_tensors().items()})
     write_id = uuid.uuid4().hex
     for stale in [*path.parent.glob(f".{path.name}.tmp.*"), *path.parent.glob(f".{path.name}.old.*")]:
         _remove(stale)  # left by a run killed mid-swap: a checkpoint has one writer, its run

@@ -45,6 +45,14 @@ class Dataset:
     def __len__(self) -> int:
         return self.tokens.shape[0]
 
+    def to(self, device: torch.device) -> Dataset:
+        """The same data with every tensor on `device` (itself where they are there already)."""
+        move = lambda t: None if t is None else t.to(device)  # noqa: E731
+        return dataclasses.replace(self, tokens=move(self.tokens), mask=move(self.mask),
+                                   lengths=move(self.lengths), labels=move(self.labels),
+                                   high_acts=move(self.high_acts), present=move(self.present),
+                                   shape_ids=move(self.shape_ids))
+
     @property
     def label_mask(self) -> torch.Tensor:
         """bool [N, n_ctx]: positions that carry a label (input positions: not BOS, not PAD)."""
@@ -62,7 +70,7 @@ bidirectional attention PAD keys are attended (TransformerLens's rule), so they 
 
 def present_mask(lengths: torch.Tensor, n_ctx: int, pads_kept: torch.Tensor) -> torch.Tensor:
     """bool [N, n_ctx]: BOS, the input and the first `pads_kept` PAD positions of each row."""
-    return torch.arange(n_ctx)[None, :] < (lengths + 1 + pads_kept)[:, None]
+    return torch.arange(n_ctx, device=lengths.device)[None, :] < (lengths + 1 + pads_kept)[:, None]
 
 
 def random_shapes(lengths: torch.Tensor, n_ctx: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:

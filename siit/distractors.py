@@ -106,10 +106,10 @@ def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: 
 
 def raw_targets(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B, T] unscaled target of distractor `d` at every position (meaningful at input positions)."""
-    feat = torch.tensor(d.feature, dtype=torch.float32)[tokens]  # [B, T]
+    feat = torch.tensor(d.feature, dtype=torch.float32, device=tokens.device)[tokens]  # [B, T]
     real = mask.to(torch.float32)
     if d.kind == "previous_token":  # positions that have no input token `offset` back read the first one
-        src = (torch.arange(tokens.shape[1]) - d.offset).clamp(min=1)
+        src = (torch.arange(tokens.shape[1], device=tokens.device) - d.offset).clamp(min=1)
         return feat[:, src]
     inputs = real.clone()
     inputs[:, 0] = 0.0  # BOS is not part of the input
@@ -118,7 +118,7 @@ def raw_targets(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torc
     if d.kind == "input_mean":
         mean = (feat * inputs).sum(1, keepdim=True) / inputs.sum(1, keepdim=True).clamp(min=1.0)
         return mean.expand_as(feat)
-    code = torch.tensor(d.position_code, dtype=torch.float32)[: tokens.shape[1]]
+    code = torch.tensor(d.position_code, dtype=torch.float32, device=tokens.device)[: tokens.shape[1]]
     return (feat - code[None, :]).abs()
 
 
@@ -199,6 +199,11 @@ class DistractorTargets:
         z = z[:, torch.linspace(0, z.shape[1] - 1, min(Z_SAMPLE, z.shape[1])).long()] if z.shape[1] else z
         return cls(distractors, torch.tensor(slots, dtype=torch.long).reshape(-1, 2), shift, spread, z, causal)
 
+    def to(self, device: torch.device) -> DistractorTargets:
+        """The same targets with every tensor on `device` (the model's)."""
+        return dataclasses.replace(self, slots=self.slots.to(device), shift=self.shift.to(device),
+                                   spread=self.spread.to(device), z_sample=self.z_sample.to(device))
+
     @functools.cached_property
     def z_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
         """z_sample's per-row median and mean |z|: fixed, so computed once, not every step."""
@@ -206,11 +211,11 @@ class DistractorTargets:
 
     def wanted_norms(self, reference: torch.Tensor) -> torch.Tensor:
         """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]."""
-        return torch.tensor([d.offset_factor for d in self.distractors]).sqrt() * reference[1]
+        return torch.tensor([d.offset_factor for d in self.distractors], device=reference.device).sqrt() * reference[1]
 
     def wanted_variances(self, reference: torch.Tensor) -> torch.Tensor:
         """[D] output variance each node should have: variance_factor x reference[0]."""
-        return torch.tensor([d.variance_factor for d in self.distractors]) * reference[0]
+        return torch.tensor([d.variance_factor for d in self.distractors], device=reference.device) * reference[0]
 
     def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
                  gain: torch.Tensor | None = None) -> torch.Tensor:

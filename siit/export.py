@@ -76,8 +76,10 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
         },
         "versions": package_versions(),
         "compute": {"torch_threads": torch.get_num_threads(),
-                    "note": "float32 training is deterministic for a given seed, torch thread count and CPU; "
-                            "another thread count (`zoo train --threads`) or CPU gives other weights"},
+                    **(result.device.to_json() if result.device is not None else {}),
+                    "note": "float32 training is deterministic for a given seed, torch thread count and device; "
+                            "another thread count (`zoo train --threads`), CPU or GPU (`--device`) gives other "
+                            "weights"},
         "command": command,
         "notes": [
             "Weight_SIIT is applied once (InterpBench's code applied it twice).",

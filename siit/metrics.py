@@ -55,6 +55,11 @@ class Evaluator:
                 targets.append(high.interchange(data.tokens, data.mask, data.high_acts[:, sources], select))
         return cls(data, sources, torch.stack(targets), correspondence, task_kind, tolerance)
 
+    def to(self, device: torch.device) -> Evaluator:
+        """The same pairs and targets with every tensor on `device` (the model's)."""
+        return dataclasses.replace(self, data=self.data.to(device), sources=self.sources.to(device),
+                                   iit_targets=self.iit_targets.to(device))
+
     def groups(self) -> tuple[list[str], torch.Tensor]:
         """Names and low-level masks [G, L, S] of every intervention the metrics need."""
         corr = self.correspondence
@@ -76,6 +81,7 @@ class Evaluator:
         patched block, and every group reads the one copy of the source activations."""
         d = self.data
         n = len(d)
+        masks = masks.to(d.tokens.device)
         with torch.no_grad():
             acts = node_activations(model, d.tokens, d.mask, d.present)
             if source_acts is None:
@@ -83,7 +89,7 @@ class Evaluator:
             resid = model.residuals(d.tokens, d.mask, acts)  # [L + 1, N, T, d_model]
         L = masks.shape[1]
         patched = masks.any(dim=-1)  # [G, L]
-        first = torch.where(patched.any(dim=-1), patched.float().argmax(dim=-1), torch.tensor(L))
+        first = torch.where(patched.any(dim=-1), patched.float().argmax(dim=-1), L)
         order = torch.argsort(first, stable=True)
         per_chunk = max(1, _MAX_ROWS // n)
         out = []
@@ -98,7 +104,7 @@ class Evaluator:
                                present=present, start=(layer, resid[layer]))[0]
                 out.append(predictions(logits, self.task_kind).reshape(g, n, -1))
         inverse = torch.empty_like(order)
-        inverse[order] = torch.arange(order.shape[0])
+        inverse[order] = torch.arange(order.shape[0], device=order.device)
         return torch.cat(out)[inverse]
 
     def evaluate(self, model: Transformer, *, acts: torch.Tensor | None = None) -> dict[str, Any]:

@@ -49,6 +49,10 @@ class Setup:
     source_weight: torch.Tensor
     """[max length + 1] weight of a source row by its length in the loudness the busy nodes are
     matched on (siit.data.source_length_weights): sources then count as the training inputs do."""
+    device: torch.device = torch.device("cpu")
+    """Where the model, the evaluators and the distractor targets live (eval.core.device). The
+    training set, the masks and the high-level model stay on the CPU, where every step draws its
+    batch from CPU generators before moving it: the same seed draws the same batches anywhere."""
 
 
 class Trainee(nn.Module):
@@ -62,9 +66,11 @@ class Trainee(nn.Module):
         self.loudness = Loudness(n_probes)
 
 
-def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> Setup:
+def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
+            device: torch.device = torch.device("cpu")) -> Setup:
     """Architecture, correspondence, data and distractor tasks: everything fixed before step 1.
-    `task`: a siit.high_level.HighLevelTask, or a compiled case (wrapped in TracrTask)."""
+    `task`: a siit.high_level.HighLevelTask, or a compiled case (wrapped in TracrTask); everything
+    is computed on the CPU, then what the model reads each check is moved to `device`."""
     task = as_task(task)
     kind = task.case.task_kind
     high = task.high_level()
@@ -83,22 +89,22 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig()) -> 
     build = lambda data: Evaluator.build(  # noqa: E731
         data, high, corr, task_kind=kind, tolerance=config.regression_tolerance, pairing=pairing,
         generator=step_generator(config.seed, -1))
-    final = build(with_shapes(val_set, SHAPES, step_generator(config.seed, -3)))
+    final = build(with_shapes(val_set, SHAPES, step_generator(config.seed, -3))).to(device)
     # periodic checks run on the padded copy; the other shapes are checked once it meets the criterion
-    evaluator = build(with_shapes(val_set, ("padded",), step_generator(config.seed, -3)))
+    evaluator = build(with_shapes(val_set, ("padded",), step_generator(config.seed, -3))).to(device)
     targets = None
     if config.distractors and corr.non_aligned:
         spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
                                 causal=causal, seed=per_case, spread=config.distractor_spread)
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
-                                        train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
-    circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long).reshape(-1, 2)
+                                        train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal).to(device)
+    circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long, device=device).reshape(-1, 2)
     return Setup(high=high, low_config=low_config, corr=corr, train_set=train_set, evaluator=evaluator,
                  high_masks=selects, low_masks=corr.low_masks(), non_aligned=corr.low.mask(corr.non_aligned),
                  pairing=pairing, final_evaluator=final, vary_shapes=config.input_shapes and not causal,
                  targets=targets, circuit_slots=circuit_slots, case_seed=per_case,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
-                 source_weight=source_length_weights(train_set.lengths, pairing))
+                 source_weight=source_length_weights(train_set.lengths, pairing), device=device)
 
 
 

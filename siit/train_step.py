@@ -66,16 +66,20 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_mask = s.low_masks[choice]
     strict_mask = _strict_mask(s.non_aligned, B, config.strict_sampling, gen)
+    # drawn on the CPU (the same draws on every device), then moved where the model is
+    dev = s.device
+    tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask = (
+        _to(x, dev) for x in (tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask))
     weights = {"iit": config.iit_weight, "strict": config.strict_weight, "behavior": config.behavior_weight}
     targets = {"iit": iit_target, "strict": labels, "behavior": labels}
     masks = {"iit": iit_mask, "strict": strict_mask, "behavior": torch.zeros_like(iit_mask)}
     parts = [k for k, w in weights.items() if w > 0]
     position = (None if s.last_position_weight == 1.0 else
-                last_position_weights(d.lengths[bases], tokens.shape[1], s.last_position_weight))
+                _to(last_position_weights(d.lengths[bases], tokens.shape[1], s.last_position_weight), dev))
     position_weight = {"iit": position, "strict": position, "behavior": None}
     # realism losses count every real position, BOS included, as eval.realism does
-    src = (d.tokens[sources], d.mask[sources], src_present, src_padded, d.mask[sources].bool(),
-           s.source_weight[d.lengths[sources]])
+    src = tuple(_to(x, dev) for x in (d.tokens[sources], d.mask[sources], src_present, src_padded,
+                                      d.mask[sources].bool(), s.source_weight[d.lengths[sources]]))
     out: dict[str, float] = {}
     groups = [parts] if config.scheme == "apph" else [[p] for p in parts]  # alg1: one update per loss
     for group in groups:
@@ -95,6 +99,10 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         optimizer.step()
     out["total"] = sum(v for key, v in out.items() if key != "total")
     return out
+
+
+def _to(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
+    return None if x is None else x.to(device, non_blocking=True)
 
 
 def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.Tensor, mask: torch.Tensor,

@@ -28,6 +28,7 @@ from typing import Any
 
 import torch
 
+from eval.core.device import DeviceRecord, device_record
 from siit import adaptation, train_checks, train_step
 from siit.adaptation import AdaptState
 from siit.checkpoint import load_checkpoint, save_checkpoint
@@ -87,6 +88,8 @@ class TrainResult:
     """What training changed when progress stalled (siit.adaptation), and the final budget."""
     last_position_weight: float = 1.0
     """Weight of the last input position in the IIT and SIIT losses (the task's; 1: none)."""
+    device: DeviceRecord | None = None
+    """Where it trained (device, its name, dtype, torch threads): float results differ by device."""
 
 
 @dataclasses.dataclass
@@ -121,11 +124,13 @@ def train(
     resume: bool = False,
     progress: Progress | None = None,
     should_stop: Callable[[int], bool] | None = None,
+    device: torch.device = torch.device("cpu"),
 ) -> TrainResult:
     """Train the low-level model for `task` (a HighLevelTask or a compiled case) until the
-    criterion or the step budget."""
+    criterion or the step budget, on `device` (eval.core.device.resolve_device; the model is
+    initialised on the CPU from the seed, then moved, so every device starts from the same weights)."""
     task = as_task(task)
-    s = prepare(task, config, arch)
+    s = prepare(task, config, arch, device=device)
     config = dataclasses.replace(config, pairing=s.pairing)  # record the resolved choice
     run = _start(s, config, checkpoint_dir, resume)
     _loop(run, s, config, task.case.task_kind, progress, should_stop)
@@ -140,6 +145,7 @@ def _start(s: Setup, config: TrainConfig, checkpoint_dir: Path | None, resume: b
     trainee = Trainee(model, len(s.targets.distractors) if s.targets else 0)
     with torch.no_grad():
         trainee.probes.normal_(generator=gen)
+    trainee.to(s.device)
     optimizer = Adam(trainee.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     run = _Run(trainee, optimizer, adaptation.start(config), checkpoint_dir)
     meta = load_checkpoint(checkpoint_dir, model=trainee, optimizer=optimizer) \
@@ -191,7 +197,8 @@ def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
         run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
     run.history.append({"step": run.step, "epoch": round(run.step / config.steps_per_epoch, 3),
                         "lr": run.optimizer.lr, "losses": run.losses, "metrics": run.metrics,
-                        "checked_on": checked, "met_criterion": run.met, "seconds": round(run.elapsed(), 3)})
+                        "checked_on": checked, "met_criterion": run.met, "seconds": round(run.elapsed(), 3),
+                        "device": str(s.device)})  # a resumed run may continue on another device
     _checkpoint(run, s, config)
 
 
@@ -220,7 +227,7 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
         resumed_from_step=run.resumed_from, evaluator=s.final_evaluator,
         train_val_overlap=sum(q in train_seqs for q in val) / len(val), distractors=distractors,
         head_scales=head_scales, case_seed=s.case_seed, adaptation=run.adapt,
-        last_position_weight=s.last_position_weight,
+        last_position_weight=s.last_position_weight, device=device_record(s.device),
     )
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 import torch
 
+from eval.core.device import device_of, device_record
 from siit.interventions import ablation_values, node_activations
 from siit.losses import agree
 from siit.data import SHAPES
@@ -66,6 +67,7 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
         "inert_circuit_nodes": [r["node"] for r in node_rows if r["inert"]],
         "tolerance": evaluator.tolerance if evaluator.task_kind == "regression" else None,
         "realism": realism(model, evaluator, acts),
+        "compute": device_record(device_of(data.tokens)).to_json(),  # float results differ by device
     }
 
 
@@ -91,7 +93,8 @@ class _Effects:
         nodes, circuit = corr.low.nodes, set(corr.aligned)
         values = {"resample": acts[:, evaluator.sources], "mean": ablation_values(acts, data.mask, "mean"),
                   "zero": ablation_values(acts, data.mask, "zero")}
-        shape_ids = data.shape_ids if data.shape_ids is not None else torch.zeros(len(data), dtype=torch.long)
+        shape_ids = data.shape_ids if data.shape_ids is not None else torch.zeros(len(data), dtype=torch.long,
+                                                                                  device=lm.device)
         shapes = {name: lm & (shape_ids == i)[:, None] for i, name in enumerate(SHAPES) if (shape_ids == i).any()}
         single = torch.stack([corr.low.mask([n]) for n in nodes])
         outside = corr.low.mask(corr.non_aligned)[None]
@@ -127,7 +130,7 @@ def realism(model: Transformer, evaluator: Evaluator, acts: torch.Tensor | None 
     from eval.core.node_heuristics import node_stats, realism_report
 
     data, corr = evaluator.data, evaluator.correspondence
-    rows = torch.ones(len(data), dtype=torch.bool) if data.shape_ids is None else data.shape_ids == 0
+    rows = torch.ones(len(data), dtype=torch.bool, device=data.tokens.device) if data.shape_ids is None else data.shape_ids == 0
     if acts is None:
         acts = node_activations(model, data.tokens, data.mask, data.present)
     per_node = {corr.low.name(l, s): acts[l, rows, :, s] for l in range(corr.low.n_layers)

@@ -44,6 +44,8 @@ class Entry:
     """The weights (TransformerLens names), read from the same snapshot as every other file."""
     case: Case
     """The task: a built-in case, or a data-only case built from case.json (zoo.case_json)."""
+    device: str = "cpu"
+    """Where `model` is built: `cpu` or `cuda:N` (zoo.load's device, resolved by eval.core.device)."""
 
     @functools.cached_property
     def model(self) -> Any:
@@ -51,7 +53,7 @@ class Entry:
         TransformerBridge on 4.x; same logits, attention_mask read as 3.x does (eval.core.tlens)."""
         from eval.core.tlens import build_hooked
 
-        return build_hooked(self.config, self.state_dict)
+        return build_hooked(self.config, self.state_dict, device=self.device)
 
     @classmethod
     def from_checked(cls, checked: CheckedEntry, path: Path) -> Entry:

@@ -6,6 +6,7 @@ downloads go to the standard Hugging Face cache, and `HF_HUB_OFFLINE=1` loads fr
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,6 +25,7 @@ def load(
     revision: str | None = None,
     root: str | os.PathLike[str] | None = None,
     source: str = "auto",
+    device: str = "auto",
 ) -> Entry:
     """The zoo entry `name` (e.g. "case-33"): model, ground-truth circuit, case with a seeded sampler.
 
@@ -34,6 +36,8 @@ def load(
     case.json's contents, never from importing what its id names). Raises a ZooError subclass with
     one line saying what was wrong (ArtifactError for a bad entry, HubError for the Hub). An entry
     being replaced by a concurrent install is read whole, old or new (zoo.artifact).
+    device: where `entry.model` is built: "auto" (a CUDA GPU when torch sees one, else the CPU),
+    "cpu" or "cuda" (a ZooError where there is none).
     """
     from zoo.entry import load_entry_dir
     from zoo.errors import ZooError
@@ -41,12 +45,23 @@ def load(
     check_entry_name(name)
     if source not in ("auto", "local", "hub"):
         raise ZooError(f"source must be auto, local or hub, not {source!r}")
+    where = _device(device)
     local = entries_dir(zoo_root(root)) / name
     if source == "local" or (source == "auto" and local.is_dir()):
         if not local.is_dir():
             raise ZooError(f"entry {name} is not in the local zoo root ({local.parent})")
-        return load_entry_dir(local)
+        return dataclasses.replace(load_entry_dir(local), device=where)
     from zoo.hub import fetch_entry
 
     path: Path = fetch_entry(name, repo_id=repo_id, revision=revision)
-    return load_entry_dir(path, name=name)
+    return dataclasses.replace(load_entry_dir(path, name=name), device=where)
+
+
+def _device(name: str) -> str:
+    from eval.core.device import DeviceError, resolve_device
+    from zoo.errors import ZooError
+
+    try:
+        return str(resolve_device(name))
+    except DeviceError as exc:
+        raise ZooError(str(exc)) from None

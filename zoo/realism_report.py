@@ -64,6 +64,9 @@ class RealismOptions:
     """Train the comparison models again even when cached ones match."""
     histogram: HistogramSpec = HistogramSpec()
     """Binning and smoothing of the weight histograms."""
+    device: str = "cpu"
+    """torch device of the activations and of training comparison models (`cpu`, `cuda:N`;
+    resolved from --device by eval.core.device)."""
 
     def __post_init__(self) -> None:
         if self.n < 2:
@@ -89,11 +92,11 @@ def realism_case(case: Any, root: Path, options: RealismOptions = RealismOptions
         raise ZooError(f"cannot write the compile cache: {exc}") from None
     seqs = case.sample(options.n, options.seed)
     activity = {"siit": node_activity(entry.config, entry.state_dict, entry.encoding.encode(seqs),
-                                      entry.circuit.nodes, case.task_kind)}
+                                      entry.circuit.nodes, case.task_kind, device=options.device)}
     state_dicts: dict[str, Mapping[str, Any]] = {"siit": entry.state_dict}
     if not is_planted(case):  # why: the Tracr model is the reference point only where one exists
         activity["tracr"] = node_activity(compiled.config, compiled.state_dict, compiled.encoding.encode(seqs),
-                                          compiled.graph.nodes, case.task_kind)
+                                          compiled.graph.nodes, case.task_kind, device=options.device)
         state_dicts["tracr"] = compiled.state_dict
     models: dict[str, Any] = {}
     cache = root / "realism" / entry.name
@@ -114,6 +117,7 @@ def realism_case(case: Any, root: Path, options: RealismOptions = RealismOptions
         "weight_kl": table,
         "comparison_models": models,
         "targets": targets(activity["siit"], table),
+        "compute": device_json(options.device),
         "definitions": {
             "separation": "max(AUROC, 1 - AUROC) of ranking nodes by the heuristic against the circuit; "
                           "0.5 = chance, 1 = the heuristic finds the circuit",
@@ -146,18 +150,27 @@ def load_siit_entry(path: Path, case: Any) -> Any:
     return entry
 
 
+def device_json(device: str) -> dict[str, Any]:
+    """Where a report's numbers were computed (eval.core.device.DeviceRecord)."""
+    import torch
+
+    from eval.core.device import device_record
+
+    return device_record(torch.device(device)).to_json()
+
+
 def node_activity(config: Mapping[str, Any], state_dict: Mapping[str, Any], encoded: tuple[Any, Any],
-                  circuit: Any, task_kind: str) -> dict[str, Any]:
+                  circuit: Any, task_kind: str, *, device: str = "cpu") -> dict[str, Any]:
     """eval.core.node_heuristics's report for one model on encoded inputs (tokens, mask), plus per statistic
-    its spread in and out of the circuit."""
+    its spread in and out of the circuit; the model runs on `device`."""
     import torch
 
     from eval.core.circuit import head_node, mlp_node
     from eval.core.node_heuristics import node_stats, realism_report
     from siit.transformer import Transformer
 
-    tokens, mask = encoded
-    model = Transformer.from_state_dict(config, state_dict)
+    tokens, mask = (x.to(device) for x in encoded)
+    model = Transformer.from_state_dict(config, state_dict).to(device)
     with torch.no_grad():
         _, acts = model(tokens, mask, return_acts=True)
     heads = model.n_heads
@@ -211,11 +224,11 @@ def comparison_model(kind: ComparisonKind, compiled: Any, entry: Any, path: Path
         return cached.state_dict, {**info, **_training_summary(cached.training), "from_cache": True}
     if not options.train:
         return None, {**info, "missing": True, "from_cache": False}
-    result = _train(compiled, config, arch, kind, progress)
+    result = _train(compiled, config, arch, kind, progress, options.device)
     _write_comparison(path, kind, compiled, result, entry.name)
     from siit.export import training_json
 
-    return result.model.state_dict(), {**info, **_training_summary(training_json(result)), "from_cache": False}
+    return {k: v.detach().cpu() for k, v in result.model.state_dict().items()}, {**info, **_training_summary(training_json(result)), "from_cache": False}
 
 
 def _cached(path: Path, config: Any, arch: Any, low_config: Mapping[str, Any]) -> Any:
@@ -240,14 +253,17 @@ def _architecture(config: Mapping[str, Any]) -> dict[str, Any]:
     return {k: config.get(k) for k in ARCH_KEYS}
 
 
-def _train(compiled: Any, config: Any, arch: Any, kind: str, progress: ProgressFactory | None) -> Any:
+def _train(compiled: Any, config: Any, arch: Any, kind: str, progress: ProgressFactory | None,
+           device: str = "cpu") -> Any:
+    import torch
+
     from siit.config import ConfigError
     from siit.trainer import train
 
     bar = progress(kind, config.max_steps) if progress is not None else contextlib.nullcontext(None)
     try:
         with bar as update:
-            return train(compiled, config, arch, progress=update)
+            return train(compiled, config, arch, progress=update, device=torch.device(device))
     except ConfigError as exc:
         raise ZooError(str(exc)) from None
 
@@ -263,7 +279,8 @@ def _write_comparison(path: Path, kind: str, compiled: Any, result: Any, entry_n
               f"{'`zoo train --natural`' if kind == 'natural' else '`zoo train --strict-weight 0`'}, to compare "
               "weight histograms (InterpBench Table 5). Its circuit.json is the SIIT entry's correspondence, "
               "which this model was not trained to respect.\n")
-    write_entry(path, state_dict=result.model.state_dict(), readme=readme, json_files={
+    state_dict = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}
+    write_entry(path, state_dict=state_dict, readme=readme, json_files={
         "config.json": result.low_config, "circuit.json": circuit_json(compiled, result.correspondence),
         "case.json": case_json(compiled), "training.json": training_json(result, command=None)})
 

@@ -3,10 +3,12 @@ task sampler, reference model), and `evaluate` on it: the zoo's side of `eval.ev
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from eval.core.device import move_model, resolve_device
 from eval.evaluator.evaluate import Target, evaluate as evaluate_target
 from eval.evaluator.report import EvalReport
 from zoo.high_level_source import reference_model
@@ -15,15 +17,25 @@ ModelChoice = Literal["auto", "trained", "compiled"]
 
 
 def evaluate(target: Any, methods: Any = (), *, scores: str | Path | Sequence[str | Path] = (),
-             model: ModelChoice = "auto", root: str | Path | None = None, **settings: Any) -> EvalReport:
-    """`eval.evaluate` on an Entry, a CompiledCase, a Case or a case id (keyword settings as there)."""
+             model: ModelChoice = "auto", root: str | Path | None = None, device: str = "auto",
+             **settings: Any) -> EvalReport:
+    """`eval.evaluate` on an Entry, a CompiledCase, a Case or a case id (keyword settings as there),
+    with the model on `device` (auto, cpu, cuda: eval.core.device)."""
     if not isinstance(target, Target):
-        target = resolve_target(target, model, root)
+        target = resolve_target(target, model, root, device=device)
     return evaluate_target(target, methods, scores=scores, **settings)
 
 
-def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | None = None) -> Target:
-    """A Target from an Entry, a CompiledCase, a Case or a case id (str / int)."""
+def resolve_target(target: Any, model: ModelChoice = "auto", root: str | Path | None = None, *,
+                   device: str = "auto") -> Target:
+    """A Target from an Entry, a CompiledCase, a Case or a case id (str / int), its model moved to
+    `device` (eval.core.device.resolve_device; the reference model stays on the CPU, where the task's
+    labels are made)."""
+    target = _resolve(target, model, root)
+    return dataclasses.replace(target, model=move_model(target.model, resolve_device(device)))
+
+
+def _resolve(target: Any, model: ModelChoice, root: str | Path | None) -> Target:
     from rasp_programs.case import Case
     from rasp_programs.lookup import get_case
     from rasp_programs.compile import CompiledCase, compile_case

@@ -37,6 +37,8 @@ class TrainOptions:
     flags: tuple[str, ...] = ()
     """The `zoo train` flags that reproduce these options (a many-case worker records
     `zoo train case ID *flags` in training.json)."""
+    device: str = "cpu"
+    """torch device of the run, resolved from --device (eval.core.device): `cpu` or `cuda:N`."""
 
 
 def destination(root: str | None, out: str | None, case) -> Path:
@@ -113,7 +115,7 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     compiled = compiled_task(options.root, case)
     config = with_task_defaults(options.config, compiled, lr_given=options.lr_given)
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
-                   progress=progress)
+                   progress=progress, device=torch.device(options.device))
     validation = validate_model(result.model, result.evaluator)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
@@ -161,7 +163,8 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         checkpoint = None
-    result = train(compiled, config, options.arch, checkpoint_dir=checkpoint, resume=options.resume)
+    result = train(compiled, config, options.arch, checkpoint_dir=checkpoint, resume=options.resume,
+                   device=torch.device(options.device))
     validation = validate_model(result.model, result.evaluator)
     with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
         dest = write_entry_files(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,
@@ -188,10 +191,10 @@ def write_entry_files(dest: Path, compiled, *, result, validation, command) -> P
     from zoo.inert_edges import inert_section
 
     circuit = circuit_json(compiled, result.correspondence)
+    state_dict = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}  # entries hold CPU tensors
     # validation.json lists the labelled edges no counterfactual moves (issue 10), computed here so
     # that siit's validation stays model-only
-    validation = {**validation, "inert_edges": inert_section(result.low_config, result.model.state_dict(), circuit,
-                                                             compiled)}
+    validation = {**validation, "inert_edges": inert_section(result.low_config, state_dict, circuit, compiled)}
     files = {
         "config.json": result.low_config,
         "circuit.json": circuit,
@@ -206,7 +209,7 @@ def write_entry_files(dest: Path, compiled, *, result, validation, command) -> P
         kept, dest = dest, dest.with_name(dest.name + FAILED_SUFFIX)
         print(f"zoo: kept the entry in {kept} (it met its criterion); this run's entry goes to {dest}",
               file=sys.stderr)
-    write_entry(dest, state_dict=result.model.state_dict(), json_files=files, readme=readme)
+    write_entry(dest, state_dict=state_dict, json_files=files, readme=readme)
     return dest
 
 

@@ -10,22 +10,24 @@ from pathlib import Path
 from typing import Any
 
 
-def entry_setup(compiled, entry, dest: Path):
+def entry_setup(compiled, entry, dest: Path, device: str = "cpu"):
     """(siit.trainer's setup, the low-level model) of a trained entry, rebuilt from its recorded
-    training config: the validation data and evaluators it was judged on. Refuses an entry whose
-    circuit.json names another correspondence than that config implies."""
+    training config: the validation data and evaluators it was judged on, on `device`. Refuses an
+    entry whose circuit.json names another correspondence than that config implies."""
+    import torch
+
     from siit.export import config_from_training_json, correspondence_from_circuit_json
     from siit.trainer import prepare
     from siit.transformer import Transformer
     from zoo.errors import ZooError
 
     config, arch = config_from_training_json(entry.training)
-    setup = prepare(compiled, config, arch)
+    setup = prepare(compiled, config, arch, device=torch.device(device))
     high_layout = {"n_layers": setup.corr.high.n_layers, "n_heads": setup.corr.high.n_heads}
     corr = correspondence_from_circuit_json(entry.circuit_json, high_layout, entry.config)
     if corr.mapping != setup.corr.mapping:
         raise ZooError(f"entry {dest}: its correspondence differs from the one its training config implies")
-    return setup, Transformer.from_state_dict(entry.config, entry.state_dict)
+    return setup, Transformer.from_state_dict(entry.config, entry.state_dict).to(device)
 
 
 def trained_entry(case_id: str, root: str | None):
@@ -44,7 +46,7 @@ def trained_entry(case_id: str, root: str | None):
     return (case, entry, *entry_setup(task, entry, dest))
 
 
-def revalidate_entry(case, dest: Path, root: str | None) -> dict[str, Any]:
+def revalidate_entry(case, dest: Path, root: str | None, *, device: str = "cpu") -> dict[str, Any]:
     """Recompute validation.json of the entry in `dest` (of `case`), rewrite the entry with it and
     return it; a ZooError if there is no usable trained entry there."""
     from zoo.artifact import ArtifactError
@@ -67,7 +69,7 @@ def revalidate_entry(case, dest: Path, root: str | None) -> dict[str, Any]:
     from zoo.card import render_model_card
 
     compiled = compiled_task(root, case)
-    setup, model = entry_setup(compiled, entry, dest)
+    setup, model = entry_setup(compiled, entry, dest, device)
     from zoo.inert_edges import inert_section
 
     validation = {**validate_model(model, setup.final_evaluator),

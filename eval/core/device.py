@@ -8,7 +8,9 @@ generator and then moved, so the same seed gives the same inputs on every device
 
 from __future__ import annotations
 
+import contextlib
 import platform
+import sys
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -56,6 +58,17 @@ def device_of(obj: Any) -> torch.device:
         for tensor in tensors:
             return tensor.device
     return torch.device("cpu")
+
+
+def move_model(model: Any, device: torch.device | str) -> Any:
+    """`model` on `device`: itself where it is there already. TransformerLens's `.to` prints
+    "Moving model to device" on stdout, which would corrupt a `--json` answer: it goes to stderr."""
+    device = torch.device(device)
+    here = device_of(model)
+    if here.type == device.type and (device.index is None or here.index == device.index):
+        return model
+    with contextlib.redirect_stdout(sys.stderr):
+        return model.to(device)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -71,9 +71,11 @@ def hooked_config(
     }
 
 
-def build_hooked(config: dict[str, Any], state_dict: dict[str, Any] | None = None):
+def build_hooked(config: dict[str, Any], state_dict: dict[str, Any] | None = None, *,
+                 device: str | torch.device = "cpu"):
     """The installed major's model from JSON config fields, optionally loading a 3.x-layout state
-    dict: a HookedTransformer on transformer-lens 3.x, a TransformerBridge on 4.x."""
+    dict: a HookedTransformer on transformer-lens 3.x, a TransformerBridge on 4.x, on `device`
+    (the CPU unless asked: TransformerLens would otherwise take any GPU it sees)."""
     from eval.core.model_config import check_model_config
 
     # config.json is data from anywhere: only allow-listed fields reach TransformerLens (no
@@ -82,8 +84,8 @@ def build_hooked(config: dict[str, Any], state_dict: dict[str, Any] | None = Non
     import transformer_lens  # only now (~8 s), whichever major builds the model
 
     if tl_major() >= 4:
-        return build_bridge(config, state_dict)
-    model = transformer_lens.HookedTransformer(transformer_lens.HookedTransformerConfig(**config))
+        return build_bridge(config, state_dict).to(device)
+    model = transformer_lens.HookedTransformer(transformer_lens.HookedTransformerConfig(**config, device=str(device)))
     if state_dict is not None:
         # strict=False: TL registers buffers (masks, IGNORE) that are not saved.
         missing, unexpected = model.load_state_dict(state_dict, strict=False)

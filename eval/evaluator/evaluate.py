@@ -15,6 +15,7 @@ from typing import Any, Literal
 
 import torch
 
+from eval.core.device import device_of, device_record
 from eval.patching.ablation import AblationKind, make_context
 from eval.methods.registry import REGISTRY
 from eval.core.circuit import Circuit, edge_name
@@ -105,7 +106,7 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
         graph.check_node(node)
     files = [(Path(f), read_score_file(Path(f), graph)) for f in score_files]  # fail before any work
 
-    task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed)
+    task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed).to(device_of(t.model))
     ctx = make_context(t.model, task, graph, s.ablation)
     nb = node_behaviour(ctx, s.behaviour)
     inert = inert_truth(ctx, graph, t.truth, s.inert_atol)
@@ -127,7 +128,7 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
         entry={"name": t.name, "case": t.case.id, "model": t.which, "path": t.path, "task_kind": t.case.task_kind},
         ground_truth=truth.to_json(), graph={**graph.to_json(), "edges": len(graph.edges),
                                              "edges_qkv": len(graph.at("qkv").edges)},
-        settings=_report_settings(s, resolved),
+        settings=_report_settings(s, resolved, t.model),
         methods=tuple(results), convergence=conv, versions=versions(), inert=inert,
     )
 
@@ -144,17 +145,19 @@ def _run_method(method: Method, t: Target, task: Any, graph: ComputationGraph, s
     reruns = []
     if method.seeded and s.stability_seeds > 1:
         for k in range(1, s.stability_seeds):
-            task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed + k)
+            task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n,
+                               seed=s.seed + k).to(device_of(t.model))
             reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation,
                                       progress=progress(method.key, k, runs) if progress else None))
     return out, reruns
 
 
-def _report_settings(s: Settings, resolved: list[Method]) -> dict[str, Any]:
+def _report_settings(s: Settings, resolved: list[Method], model: Any) -> dict[str, Any]:
     """The report's settings: every Settings field and what the numbers depend on."""
     return {**dataclasses.asdict(s), "weights": dict(s.weights) if s.weights else None,
             "stability_run_seeds": [s.seed + k for k in range(max(1, s.stability_seeds))],
             "torch_threads": torch.get_num_threads(),  # float results and times depend on it
+            "device": device_record(device_of(model)).to_json(),  # and so do they on the device
             "method_options": {m.key: dataclasses.asdict(o) for m in resolved
                                if (o := options_of(m)) is not None},
             "counterfactuals": "resampled from the case's sampler (seed + 1000003)",

@@ -22,6 +22,7 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
+from eval.core.device import move_model
 from eval.evaluator.evaluate import RunProgress, Settings, Target, evaluate
 from eval.methods.options import with_options
 from eval.methods.interface import Method, MethodError, get_method
@@ -84,6 +85,9 @@ class BenchSettings:
     threads: int = 1
     """torch CPU threads the cells are computed with (float results and wall times depend on it;
     one thread gives the same numbers on every machine and does not stall beside a busy core)."""
+
+    device: str = "cpu"
+    """torch device the models run on (`cpu`, `cuda:N`): float results depend on it too."""
 
     def __post_init__(self) -> None:
         if self.threads < 1:
@@ -198,8 +202,17 @@ def cell_key(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, sc
              "entry_sha": entry.fingerprint,
              "method": method.key, "method_sha": method.fingerprint,
              "scores_sha": _tree_sha(score_path) if score_path is not None else None,
-             "settings": dataclasses.asdict(settings)}
+             "settings": _key_settings(settings)}
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
+
+
+def _key_settings(settings: BenchSettings) -> dict[str, Any]:
+    """The settings as the key holds them; the CPU, the device before there was a choice, is left
+    out, so cells cached before it existed stay valid."""
+    fields = dataclasses.asdict(settings)
+    if fields["device"] == "cpu":
+        del fields["device"]
+    return fields
 
 
 def cell_path(cache: Path, method: BenchMethod, entry: BenchEntry, seed: int) -> Path:
@@ -296,6 +309,7 @@ def _run(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], settings
             if target is None and not load_error:
                 try:
                     target = entry.load()
+                    target = dataclasses.replace(target, model=move_model(target.model, settings.device))
                 except (ValueError, OSError, MethodError) as exc:
                     load_error = f"cannot load {entry.name}: {exc}"
             cell = _compute(entry, method, settings, target, score_path, runs) if target is not None else Cell(

@@ -64,9 +64,10 @@ class Sweep:
                       for l in range(self.L)}  # [3H, d_model, d_head]
         S, (n, p, d), dh = len(self.writers), self.D.shape[1:], int(a.attn["W_Q"].shape[-1])
         self.keys: list[GroupKey] = [("logits", 0)] + [(k, l) for l in range(self.L) for k in ("a", "m")]
-        self.rem = {key: torch.zeros(T, 3 * self.H if key[0] == "a" else 1, S) for key in self.keys}
-        self.off_qkv = {l: torch.zeros(T, n, p, 3, self.H, dh) for l in range(self.L)}
-        self.off_resid = {r: torch.zeros(T, n, p, d) for r in (LOGITS, *(mlp_node(l) for l in range(self.L)))}
+        dev = self.D.device
+        self.rem = {key: torch.zeros(T, 3 * self.H if key[0] == "a" else 1, S, device=dev) for key in self.keys}
+        self.off_qkv = {l: torch.zeros(T, n, p, 3, self.H, dh, device=dev) for l in range(self.L)}
+        self.off_resid = {r: torch.zeros(T, n, p, d, device=dev) for r in (LOGITS, *(mlp_node(l) for l in range(self.L)))}
         self.off_used: set[int | str] = set()  # offsets not all zero
         self.removed: list[set[Edge]] = [set() for _ in taus]
         outgoing: dict[str, int] = {}
@@ -121,7 +122,7 @@ class Sweep:
         `move`) removed as well: one pass."""
         _, reader = edge
         k, n, s = len(taus), self.n, self.start
-        idx = torch.tensor(taus)
+        idx = torch.tensor(taus, device=self.D.device)
         qkv = {l: self.off_qkv[l].index_select(0, idx) for l in range(s, self.L) if l in self.off_used}
         resid = {r: self.off_resid[r].index_select(0, idx) for r in self.off_resid
                  if r in self.off_used and reader_layer(r, self.L) >= s}
@@ -179,7 +180,7 @@ class Sweep:
     def _move_start(self, start: int) -> None:
         """Passes now start at block `start`: its writers' removed edges stop being fixed moves
         (the pass recomputes those writers), so their sums leave the offsets."""
-        cols = torch.tensor([i for i, w in enumerate(self.writers) if order(w)[0] == start])
+        cols = torch.tensor([i for i, w in enumerate(self.writers) if order(w)[0] == start], device=self.D.device)
         D = self.D.index_select(0, cols).flatten(1)  # [writers of the block, n·pos·d_model]
         n, p, d = self.D.shape[1:]
         for key in self.keys:
@@ -208,8 +209,9 @@ class Sweep:
             mine = tuple(w for w in live if feeds(w, key))
             if mine:
                 sources[key] = mine
-        self.live_cols = {key: torch.tensor([self.col[w] for w in names]) for key, names in sources.items()}
-        return GroupLayout.make(sources, self.L)
+        dev = self.D.device
+        self.live_cols = {key: torch.tensor([self.col[w] for w in names], device=dev) for key, names in sources.items()}
+        return GroupLayout.make(sources, self.L, dev)
 
 
 def _resid_reader(key: GroupKey) -> str:

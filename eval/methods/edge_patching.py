@@ -98,9 +98,9 @@ def repeat_rows(x: torch.Tensor, k: int) -> torch.Tensor:
     return x.repeat(k, *([1] * (x.dim() - 1))) if k > 1 else x
 
 
-def block_weight(k: int, n: int, values: Iterable[float]) -> torch.Tensor:
+def block_weight(k: int, n: int, values: Iterable[float], device: torch.device) -> torch.Tensor:
     """A per-row weight [k·n] that is values[i] on the rows of block i."""
-    return torch.tensor(list(values), dtype=torch.float32).repeat_interleave(n)
+    return torch.tensor(list(values), dtype=torch.float32, device=device).repeat_interleave(n)
 
 
 def behaviour_metric(task: TaskData) -> Metric:
@@ -135,7 +135,8 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
                     values.append([0.0] * k)
                 values[j][i] = float(w)
         keys = tuple(index)
-        W = torch.tensor(values).T if values else torch.zeros(k, 0)  # [k blocks of n rows, edges]
+        dev = task.tokens.device
+        W = torch.tensor(values, device=dev).T if values else torch.zeros(k, 0, device=dev)  # [k blocks of n rows, edges]
         reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in keys}}
         # Logits' edges start at the last block: a pass runs at least one block (eval.patching.hooks.Start).
         layer = min((reader_layer(d, L) for _, d in keys), default=L - 1)
@@ -146,7 +147,7 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
         out += [metric(logits[i]).detach() for i in range(k)]
         if progress is not None:
             progress(len(out), len(patch_sets))
-    return torch.stack(out) if out else torch.zeros(0)
+    return torch.stack(out) if out else torch.zeros(0, device=task.tokens.device)
 
 
 def reader_layer(reader: str, n_layers: int) -> int:
@@ -237,7 +238,7 @@ def _attribution(model: Any, task: TaskData, graph: ComputationGraph, ablation: 
     row = {s: i for i, s in enumerate(sources)}
     blocks: list[tuple[Sequence[str], dict[str, float]]] = [
         (group, {u: 1.0 - k / steps for u in patched(group)}) for group in groups for k in range(steps, 0, -1)]
-    scores = torch.zeros(len(sources), len(dsts))
+    scores = torch.zeros(len(sources), len(dsts), device=task.tokens.device)
     diff: dict[str, torch.Tensor] = {}
     n = task.n
     # Every reader's input and its gradient are held per row: cap the rows by GRAD_FLOATS as well.
@@ -248,7 +249,7 @@ def _attribution(model: Any, task: TaskData, graph: ComputationGraph, ablation: 
         chunk = blocks[start:start + per]
         k = len(chunk)
         names = sorted({u for _, b in chunk for u in b})
-        nodes = {u: block_weight(k, n, (b.get(u, 0.0) for _, b in chunk)) for u in names}
+        nodes = {u: block_weight(k, n, (b.get(u, 0.0) for _, b in chunk), task.tokens.device) for u in names}
         reference = {u: repeat_rows(ctx.reference[u], k) for u in names}
         run = ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k), reference=reference,
                               nodes=nodes, read_inputs=dsts, read_outputs=() if diff else sources, grad=True)

@@ -37,6 +37,7 @@ def isolated(model: Any) -> Iterator[list[Isolation]]:
     training = getattr(model, "training", None)
     grad = torch.is_grad_enabled()
     rng = torch.get_rng_state(), np.random.get_state(), random.getstate()
+    cuda_rng = torch.cuda.get_rng_state_all() if torch.cuda.is_initialized() else None
     found: list[Isolation] = []
     try:
         yield found
@@ -45,6 +46,8 @@ def isolated(model: Any) -> Iterator[list[Isolation]]:
         torch.set_rng_state(rng[0])
         np.random.set_state(rng[1])
         random.setstate(rng[2])
+        if cuda_rng is not None:
+            torch.cuda.set_rng_state_all(cuda_rng)
         if training is not None and getattr(model, "training", None) != training:
             model.train(training)
         found.append(Isolation(changed=_restore(_tensors(model), state, saved)))

@@ -72,7 +72,8 @@ class SPOptions:
 
 def hard_concrete(log_alpha: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
     """A stretched, clamped concrete sample z ∈ [0, 1], differentiable in log α."""
-    u = torch.rand(log_alpha.shape, generator=generator).clamp(1e-6, 1 - 1e-6)
+    # drawn on the CPU generator and moved: the same draws on every device
+    u = torch.rand(log_alpha.shape, generator=generator, device="cpu").to(log_alpha.device).clamp(1e-6, 1 - 1e-6)
     s = torch.sigmoid((torch.log(u) - torch.log1p(-u) + log_alpha) / BETA)
     return (s * (ZETA - GAMMA) + GAMMA).clamp(0.0, 1.0)
 
@@ -101,12 +102,13 @@ def _train(ctx: Any, units: list[Any], level: Literal["node", "edge"], penalties
     sources = sorted({u if level == "node" else u[0] for u in units})
     total, done = -(-len(penalties) // per) * options.steps, 0
     for start in range(0, len(penalties), per):
-        lams = torch.tensor(penalties[start:start + per], dtype=torch.float32)
+        device = task.tokens.device
+        lams = torch.tensor(penalties[start:start + per], dtype=torch.float32, device=device)
         k = len(lams)
-        log_alpha = torch.full((k, len(units)), init, requires_grad=True)
+        log_alpha = torch.full((k, len(units)), init, requires_grad=True, device=device)
         opt = torch.optim.Adam([log_alpha], lr=options.lr)
         for _ in range(options.steps):
-            rows = torch.randperm(task.n, generator=generator)[:n]
+            rows = torch.randperm(task.n, generator=generator, device="cpu")[:n].to(task.tokens.device)
             sub = dataclasses.replace(task, **{f: getattr(task, f)[rows] for f in _ROW_FIELDS})
             metric = divergence_metric(sub, full[rows])
             tokens, mask = repeat_rows(sub.tokens, k), repeat_rows(sub.mask, k)

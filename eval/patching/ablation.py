@@ -112,7 +112,7 @@ def node_metrics(ctx: AblationContext, ablated_sets: Sequence[Collection[str]],
         k, first = len(chunk), min(firsts[i] for i in chunk)
         names = {c for i in chunk for c in ablated_sets[i]} | {b for b in base if layer(b) >= first}
         # per-row weight [k·n]: 1 on the blocks whose set (or the base) ablates c
-        weights = {c: torch.tensor([float(c in ablated_sets[i] or c in base) for i in chunk])
+        weights = {c: torch.tensor([float(c in ablated_sets[i] or c in base) for i in chunk], device=task.tokens.device)
                    .repeat_interleave(n) for c in sorted(names)}
         with torch.no_grad():
             logits = adapter.run(task.tokens.repeat(k, 1), task.mask.repeat(k, 1),

@@ -113,7 +113,8 @@ class Group:
 
 
 def make_group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]],
-               by_col: Mapping[str, Mapping[str, int]], batch: int, matrix: torch.Tensor | None) -> Group:
+               by_col: Mapping[str, Mapping[str, int]], batch: int, matrix: torch.Tensor | None,
+               device: torch.device = torch.device("cpu")) -> Group:
     """The weights of every edge into these readers: given ones (by_reader) and columns of the
     edge matrix (by_col), which win where an edge has both."""
     sources = sorted({s for r in readers for by in (by_reader, by_col) for s in by.get(r, {})}, key=order)
@@ -128,15 +129,15 @@ def make_group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]]
             cols.append(j)
     per_row = any(isinstance(w, torch.Tensor) and w.dim() > 0 for _, _, w in given)
     G = batch if per_row else int(matrix.shape[0]) if flat and matrix is not None else 1
-    weights = torch.zeros(G, len(readers), S)
+    weights = torch.zeros(G, len(readers), S, device=device)
     for i, c, w in given:
         weights[:, i, c] = w
     if flat:  # one gather (and, backwards, one scatter) for every matrix weight of the group
         assert matrix is not None
-        picked = matrix[:, torch.tensor(cols)].to(weights.dtype)  # [blocks, entries]
+        picked = matrix[:, torch.tensor(cols, device=device)].to(weights.dtype)  # [blocks, entries]
         if G != picked.shape[0]:  # per-row weights beside block weights: every row its own
             picked = picked.repeat_interleave(G // picked.shape[0], dim=0)
-        weights = weights.flatten(1).index_copy(1, torch.tensor(flat), picked).view_as(weights)
+        weights = weights.flatten(1).index_copy(1, torch.tensor(flat, device=device), picked).view_as(weights)
     return Group(sources=tuple(sources), weights=weights)
 
 
@@ -153,7 +154,7 @@ def split_group(group: Group, cover: list[Chunk], chunk_sources: Mapping[Chunk, 
         if len(mine) == len(names):
             w = group.weights[:, :, [c for _, c in mine]]
         else:
-            at, cols = (torch.tensor(x) for x in zip(*mine))
+            at, cols = (torch.tensor(x, device=group.weights.device) for x in zip(*mine))
             w = group.weights.new_zeros(*group.weights.shape[:2], len(names)).index_copy(
                 2, at, group.weights[:, :, cols])
         parts.append((chunk, w))
@@ -204,7 +205,8 @@ class GroupLayout:
     among the chunk's writers, None when it has all of them)."""
 
     @classmethod
-    def make(cls, sources: Mapping[GroupKey, tuple[str, ...]], n_layers: int) -> GroupLayout:
+    def make(cls, sources: Mapping[GroupKey, tuple[str, ...]], n_layers: int,
+             device: torch.device = torch.device("cpu")) -> GroupLayout:
         chunks: dict[Chunk, set[str]] = {}
         covers = {key: group_cover(key, n_layers) for key in sources}
         for key, names in sources.items():
@@ -225,7 +227,8 @@ class GroupLayout:
                 if mine:
                     at, cols = zip(*mine)
                     whole = len(mine) == len(chunk_sources[chunk])
-                    parts.append((chunk, torch.tensor(cols), None if whole else torch.tensor(at)))
+                    parts.append((chunk, torch.tensor(cols, device=device),
+                                  None if whole else torch.tensor(at, device=device)))
             splits[key] = tuple(parts)
         return cls(n_layers=n_layers, sources=dict(sources), chunk_sources=chunk_sources, splits=splits)
 
@@ -266,15 +269,15 @@ class Offsets:
 def keyed_groups(a: Any, by_reader: Mapping[str, Mapping[str, Weight]], by_col: Mapping[str, Mapping[str, int]],
                   batch: int, matrix: torch.Tensor | None):
     """eval.patching.hook_plan.Plan.make's groups and chunk writers from edges given by name (weights, edge-matrix columns)."""
-    H = a.n_heads
+    H, device = a.n_heads, a.attn["W_O"].device
     attn_groups, mlp_groups = {}, {}
     for layer in range(a.n_layers):
         readers = [head_node(layer, h, x) for x in QKV for h in range(H)]
         if any(r in by_reader or r in by_col for r in readers):
-            attn_groups[layer] = make_group(readers, by_reader, by_col, batch, matrix)
+            attn_groups[layer] = make_group(readers, by_reader, by_col, batch, matrix, device)
         if mlp_node(layer) in by_reader or mlp_node(layer) in by_col:
-            mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix)
-    logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix)
+            mlp_groups[layer] = make_group([mlp_node(layer)], by_reader, by_col, batch, matrix, device)
+    logits_group = (make_group([LOGITS], by_reader, by_col, batch, matrix, device)
                     if LOGITS in by_reader or LOGITS in by_col else None)
     keyed = {**{("a", l): g for l, g in attn_groups.items()}, **{("m", l): g for l, g in mlp_groups.items()},
              **({("logits", 0): logits_group} if logits_group is not None else {})}

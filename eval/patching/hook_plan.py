@@ -152,7 +152,7 @@ class Plan:
                 D = torch.stack([_minus(self.reference[w], self.out[w]).reshape(G, -1) for w in writers], dim=1)
             else:  # subtracted straight into the stack: no copy of every difference
                 D = torch.empty(G, len(writers), self.out[writers[0]][0].numel() * b // G,
-                                dtype=self.out[writers[0]].dtype)
+                                dtype=self.out[writers[0]].dtype, device=self.out[writers[0]].device)
                 for i, w in enumerate(writers):
                     ref, rows = self.reference[w], int(self.reference[w].shape[0])
                     lead = (G, b // G) if rows == b else (1, rows)  # 1 or b // G rows: every block's

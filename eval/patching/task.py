@@ -13,6 +13,7 @@ from typing import Any
 import torch
 
 from eval.core.circuit import TaskKind
+from eval.core.device import device_of
 from eval.patching.hooks import forward
 
 COUNTERFACTUAL_SEED_OFFSET = 1_000_003
@@ -46,6 +47,12 @@ class TaskData:
     def n(self) -> int:
         return int(self.tokens.shape[0])
 
+    def to(self, device: torch.device) -> TaskData:
+        """The same data on `device` (the model's): inputs are drawn and labelled on the CPU, so the
+        same seed gives the same task on every device."""
+        return dataclasses.replace(self, **{f: getattr(self, f).to(device) for f in (
+            "tokens", "mask", "cf_tokens", "cf_mask", "labels", "cf_labels", "positions")})
+
 
 def reference_outputs(model: Any, tokens: torch.Tensor, mask: torch.Tensor, task_kind: TaskKind) -> torch.Tensor:
     """Labels from a reference model: argmax class ids, or the regression value. A hand-written
@@ -54,8 +61,9 @@ def reference_outputs(model: Any, tokens: torch.Tensor, mask: torch.Tensor, task
     if not isinstance(model, torch.nn.Module) and callable(getattr(model, "run", None)):
         with torch.no_grad():
             return model.run(tokens, mask)[0]
-    logits = forward(model, tokens, mask)  # masks read as TL 3.x does, whichever major is installed
-    return logits.argmax(-1) if task_kind == "classification" else logits[..., 0].float()
+    device = device_of(model)  # labels come back to the CPU, where the task is made
+    logits = forward(model, tokens.to(device), mask.to(device))  # masks read as TL 3.x does, whichever major
+    return (logits.argmax(-1) if task_kind == "classification" else logits[..., 0].float()).to(tokens.device)
 
 
 def make_task(*, case: Any, encoding: Any, reference: Any, n: int, seed: int) -> TaskData:

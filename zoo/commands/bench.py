@@ -17,7 +17,7 @@ LEADERBOARD_FILES = ("leaderboard.json", "leaderboard.csv", "cells.csv", "pairwi
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from zoo.commands.common import add_common
+    from zoo.commands.common import add_common, add_device
     from eval.methods.registry import BUILTIN_METHOD_KEYS
     from zoo.commands.evaluate import add_method_option
 
@@ -52,6 +52,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
                    "and no stall when another process holds a core; more are faster on an idle machine; "
                    "part of the cache key)")
+    add_device(p)
     add_method_option(p)
     p.set_defaults(func=run_bench_command)
 
@@ -67,6 +68,7 @@ def _split(values: list[str], what: str) -> list[str]:
 
 def run_bench_command(args: argparse.Namespace) -> int:
     from eval.methods.registry import BUILTIN_METHOD_KEYS
+    from zoo.commands.common import device_from
     from zoo.commands.evaluate import _stdout_to_stderr
     from zoo.errors import ZooError
     from zoo.paths import zoo_root
@@ -102,8 +104,9 @@ def run_bench_command(args: argparse.Namespace) -> int:
         methods += [score_folder(d) for d in args.scores]
     except MethodError as exc:
         raise ZooError(str(exc)) from None
+    device = str(device_from(args))  # a GPU this machine lacks is bad input, before any entry is made
     entries = bench_entries(root, cases=cases, planted=planted, model=args.model)
-    settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, threads=args.threads)
+    settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, threads=args.threads, device=device)
     bar = _bar(len(entries) * len(methods))
     try:
         with _stdout_to_stderr():  # a method's prints must not reach --json

@@ -25,6 +25,25 @@ def add_common(parser: argparse.ArgumentParser, *, kind_id: bool = True) -> None
     parser.add_argument("--debug", dest="sub_debug", action="store_true", help="show full tracebacks")
 
 
+def add_device(parser: argparse.ArgumentParser) -> None:
+    """--device: where the model runs (eval.core.device)."""
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="where the model runs: auto (default) takes a CUDA GPU when torch sees one, else "
+                        "the CPU; cuda without a GPU is an error. Float results differ by device, so the "
+                        "device, its name, dtype and torch threads are recorded with them")
+
+
+def device_from(args: argparse.Namespace):
+    """The torch.device of --device, or a one-line ZooError (exit 2) for a GPU this machine lacks."""
+    from eval.core.device import DeviceError, resolve_device
+    from zoo.errors import ZooError
+
+    try:
+        return resolve_device(args.device)
+    except DeviceError as exc:
+        raise ZooError(str(exc)) from None
+
+
 def step_bar(total: int, desc: str | None = None):
     """A tqdm bar of training steps (imported late: the CLI must start fast) with `update_to(step,
     postfix)`, siit.trainer's progress callback: the bar follows the step budget, which grows when

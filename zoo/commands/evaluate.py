@@ -39,7 +39,7 @@ def methods_with_options(names: list[str], items: list[str]) -> list:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from zoo.commands.common import add_common
+    from zoo.commands.common import add_common, add_device
 
     p = sub.add_parser(
         "eval", help="score circuit-discovery methods against an entry's ground-truth circuit",
@@ -69,6 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
                    "and no stall when another process holds a core; more are faster on an idle machine)")
+    add_device(p)
     add_method_option(p)
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR")
     p.add_argument("--save-scores", metavar="DIR",
@@ -103,6 +104,7 @@ def run_eval(args: argparse.Namespace) -> int:
 
     from eval.methods.interface import MethodError
     from eval.evaluator.report import table
+    from zoo.commands.common import device_from
     from zoo.targets import evaluate
 
     torch.set_num_threads(args.threads)
@@ -117,7 +119,7 @@ def run_eval(args: argparse.Namespace) -> int:
             report = evaluate(case, methods, scores=args.scores, model=args.model or "auto", root=args.root,
                               n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
                               stability_seeds=args.stability_seeds, permutations=args.permutations,
-                              save_scores=args.save_scores, progress=bars)
+                              save_scores=args.save_scores, progress=bars, device=str(device_from(args)))
     except (MethodError, ValueError) as exc:
         raise ZooError(str(exc)) from None
     except OSError as exc:  # --save-scores could not be written

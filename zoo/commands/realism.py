@@ -16,7 +16,7 @@ from typing import Any
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from zoo.commands.common import add_common
+    from zoo.commands.common import add_common, add_device
 
     p = sub.add_parser(
         "realism", help="how well activation and weight size find an entry's circuit; weight-histogram KL",
@@ -41,6 +41,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--bins", type=int, default=100, help="histogram bins on the shared range (default 100)")
     p.add_argument("--plots", metavar="DIR", help="write PNG plots into DIR (default: none)")
     p.add_argument("--threads", type=int, default=1, help="torch CPU threads (default 1: the models are tiny)")
+    add_device(p)
     p.set_defaults(func=run_realism)
 
 
@@ -60,12 +61,14 @@ def run_realism(args: argparse.Namespace) -> int:
     import torch
 
     from eval.scoring.weight_histograms import HistogramSpec
+    from zoo.commands.common import device_from
     from zoo.paths import zoo_root
     from zoo.realism_report import RealismOptions, realism_case
 
     torch.set_num_threads(args.threads)
     options = RealismOptions(n=args.n, seed=args.seed, epochs=args.epochs, train=not args.no_train,
-                             retrain=args.retrain, histogram=HistogramSpec(bins=args.bins))
+                             retrain=args.retrain, histogram=HistogramSpec(bins=args.bins),
+                             device=str(device_from(args)))
     report = realism_case(case, zoo_root(args.root), options, progress=_progress_bar)
     if args.plots:
         from zoo.realism_plots import write_plots_atomically

@@ -18,7 +18,7 @@ from typing import Any
 
 def register(sub: argparse._SubParsersAction) -> None:
     from siit.config import ArchConfig, TrainConfig  # stdlib-only module: the help shows the real defaults
-    from zoo.commands.common import add_common
+    from zoo.commands.common import add_common, add_device
 
     d = {f.name: f.default for f in dataclasses.fields(TrainConfig)}
     arch_default = ArchConfig.min_d_head
@@ -64,6 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads of each training run (default 1, for one case and for every worker of many, "
                    "whatever --jobs: the weights depend on the thread count; training.json records it)")
+    add_device(p)
     many = p.add_argument_group("many cases (zoo.train_many): instead of `case <id>`; entries that met "
                                 "their criterion are skipped, exit 1 if any case failed")
     many.add_argument("--all", action="store_true", help="InterpBench's 16 main cases")
@@ -125,12 +126,13 @@ def option_flags(args: argparse.Namespace) -> tuple[str, ...]:
 
 def train_options(args: argparse.Namespace):
     """The parsed options as the one object training takes (checked: bad input is a ZooError)."""
+    from zoo.commands.common import device_from
     from zoo.train_entry import TRAIN_THREADS, TrainOptions
 
     _check_args(args)
     return TrainOptions(config=_train_config(args), arch=_arch_config(args), lr_given=args.lr is not None,
                         root=args.root, resume=args.resume, threads=args.threads or TRAIN_THREADS,
-                        flags=option_flags(args))
+                        flags=option_flags(args), device=str(device_from(args)))
 
 
 def _check_args(args: argparse.Namespace) -> None:
@@ -174,8 +176,8 @@ def run_train(args: argparse.Namespace) -> int:
     from siit.trainer import TrainingDiverged, TrainingInterrupted
 
     if not args.json:
-        print(f"training {case.family} {case.id} ({case.name}), scheme {options.config.scheme} -> {dest}",
-              file=sys.stderr)
+        print(f"training {case.family} {case.id} ({case.name}), scheme {options.config.scheme}, on {options.device} "
+              f"-> {dest}", file=sys.stderr)
     bar = step_bar(options.config.max_steps)
     try:
         trained = train_entry(case, options, dest, progress=bar.update_to,

@@ -10,7 +10,7 @@ import json
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from zoo.commands.common import add_common
+    from zoo.commands.common import add_common, add_device
 
     p = sub.add_parser(
         "validate", help="recompute validation.json of a trained entry (node effects, ablations)",
@@ -18,6 +18,7 @@ def register(sub: argparse._SubParsersAction) -> None:
         "resample, mean and zero ablation on its held-out data, and rewrite validation.json.")
     add_common(p)
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N)")
+    add_device(p)
     p.set_defaults(func=run_validate)
 
 
@@ -28,7 +29,9 @@ def run_validate(args: argparse.Namespace) -> int:
 
     case = resolve_case(args.kind, args.id)
     dest = destination(args.root, args.out, case)
-    validation = revalidate_entry(case, dest, args.root)
+    from zoo.commands.common import device_from
+
+    validation = revalidate_entry(case, dest, args.root, device=str(device_from(args)))
     m = validation["metrics"]
     out = {"entry": str(dest), "accuracy": m["accuracy"], "iia": m["iia"], "siia_min": m["siia_min"],
            "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],

@@ -84,7 +84,30 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
     lines += _largest_effect_lines(
         validation.get("max_out_of_circuit_effect_by_length"), "length",
         "per input length (in the input shape where it is largest; n_sequences: validation inputs of that length)")
+    lines += _edge_lines(validation.get("edge_effects"))
     return "\n".join(lines)
+
+
+def _edge_lines(edges: Any) -> list[str]:
+    """Whether the edge labels hold under patching (validation.json's edge_effects, zoo.edge_exactness)."""
+    if not isinstance(edges, dict) or not edges:
+        return []
+    if edges.get("skipped"):
+        return ["", f"Edge-level ground truth: not measured at training time ({cell(edges['skipped'])})."]
+    above = edges.get("out_of_circuit_edges_above_bound") or []
+    if edges.get("exact"):
+        verdict = (f"**exact**: no edge outside the circuit moves an output on more than {cell(edges.get('bound'))} "
+                   f"of labelled positions (largest {cell(edges.get('max_out_of_circuit_edge_effect'))}, "
+                   f"`{cell(edges.get('worst_edge'))}`)")
+    else:
+        shown = ", ".join(f"`{cell(e)}` {cell(v)}" for e, v in above[:8] if isinstance(e, str))
+        verdict = (f"**NOT exact**: {len(above)} edge(s) outside the circuit move outputs on more than "
+                   f"{cell(edges.get('bound'))} of labelled positions ({shown}). The node-level circuit holds "
+                   "(above); which paths between nodes the model uses does not match the labelled edges, so "
+                   "score edge-level methods on this entry with care")
+    return ["", f"Edge-level ground truth ({cell(edges.get('n'))} inputs, each q/k/v edge patched alone, resample; "
+            f"resolution about {cell(edges.get('resolution'))}): {verdict}. Circuit edges: smallest effect "
+            f"{cell(edges.get('min_circuit_edge_effect'))}, median {cell(edges.get('median_circuit_edge_effect'))}."]
 
 
 def _largest_effect_lines(table: Any, key: str, what: str) -> list[str]:

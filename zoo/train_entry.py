@@ -116,7 +116,7 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     config = with_task_defaults(options.config, compiled, lr_given=options.lr_given)
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
-    validation = validate_model(result.model, result.evaluator)
+    validation = with_patching_checks(validate_model(result.model, result.evaluator), compiled, result)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
     return TrainedEntry(dest, result, validation, entry_summary(case, dest, result, validation))
@@ -165,7 +165,7 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
         checkpoint = None
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint, resume=options.resume,
                    device=torch.device(options.device))
-    validation = validate_model(result.model, result.evaluator)
+    validation = with_patching_checks(validate_model(result.model, result.evaluator), compiled, result)
     with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
         dest = write_entry_files(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,
                                  command=["zoo", "train", "case", case_id, *options.flags])
@@ -188,13 +188,7 @@ def write_entry_files(dest: Path, compiled, *, result, validation, command) -> P
     from zoo.artifact import FAILED_SUFFIX, write_entry
     from zoo.card import render_model_card
 
-    from zoo.inert_edges import inert_section
-
     circuit = circuit_json(compiled, result.correspondence)
-    state_dict = {k: v.detach().cpu() for k, v in result.model.state_dict().items()}  # entries hold CPU tensors
-    # validation.json lists the labelled edges no counterfactual moves (issue 10), computed here so
-    # that siit's validation stays model-only
-    validation = {**validation, "inert_edges": inert_section(result.low_config, state_dict, circuit, compiled)}
     files = {
         "config.json": result.low_config,
         "circuit.json": circuit,
@@ -209,8 +203,25 @@ def write_entry_files(dest: Path, compiled, *, result, validation, command) -> P
         kept, dest = dest, dest.with_name(dest.name + FAILED_SUFFIX)
         print(f"zoo: kept the entry in {kept} (it met its criterion); this run's entry goes to {dest}",
               file=sys.stderr)
-    write_entry(dest, state_dict=state_dict, json_files=files, readme=readme)
+    write_entry(dest, state_dict=_cpu_state(result.model), json_files=files, readme=readme)
     return dest
+
+
+def _cpu_state(model) -> dict[str, Any]:
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}  # entries hold CPU tensors
+
+
+def with_patching_checks(validation: dict[str, Any], compiled, result) -> dict[str, Any]:
+    """siit's validation plus the checks made by patching the exported weights with eval (computed
+    here so that siit's validation stays model-only): `inert_edges`, the labelled edges no
+    counterfactual moves (issue 10), and `edge_effects`, whether the edge labels hold (issue 36)."""
+    from siit.export import circuit_json
+    from zoo.edge_exactness import edge_section
+    from zoo.inert_edges import inert_section
+
+    circuit, state = circuit_json(compiled, result.correspondence), _cpu_state(result.model)
+    return {**validation, "inert_edges": inert_section(result.low_config, state, circuit, compiled),
+            "edge_effects": edge_section(result.low_config, state, circuit, compiled, validation.get("tolerance"))}
 
 
 def met_criterion(entry_dir: Path) -> bool:
@@ -241,6 +252,8 @@ def entry_summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[
         "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
         "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
         "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
+        "edge_effects": {k: (validation.get("edge_effects") or {}).get(k) for k in (
+            "exact", "max_out_of_circuit_edge_effect", "worst_edge", "bound", "skipped")},
         "distractor_r2_min": m.get("distractor_r2_min"),
         "by_shape": m.get("by_shape"),
         "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},

@@ -70,10 +70,14 @@ def revalidate_entry(case, dest: Path, root: str | None, *, device: str = "cpu")
 
     compiled = compiled_task(root, case)
     setup, model = entry_setup(compiled, entry, dest, device)
+    from zoo.edge_exactness import edge_section
     from zoo.inert_edges import inert_section
 
-    validation = {**validate_model(model, setup.final_evaluator),
-                  "inert_edges": inert_section(entry.config, entry.state_dict, entry.circuit_json, compiled)}
+    validation = validate_model(model, setup.final_evaluator)
+    validation = {**validation,
+                  "inert_edges": inert_section(entry.config, entry.state_dict, entry.circuit_json, compiled),
+                  "edge_effects": edge_section(entry.config, entry.state_dict, entry.circuit_json, compiled,
+                                               validation.get("tolerance"))}
     files = {name: data for name, data in (("config.json", entry.config), ("circuit.json", entry.circuit_json),
                                            ("case.json", entry.case_json), ("training.json", entry.training))}
     files["validation.json"] = validation

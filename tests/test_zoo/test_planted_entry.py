@@ -34,12 +34,12 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     from siit.config import ArchConfig, TrainConfig
     from siit.trainer import train
     from siit.validation import validate_model
-    from zoo.train_entry import entry_summary as _summary, write_entry_files as _write
+    from zoo.train_entry import entry_summary as _summary, with_patching_checks, write_entry_files as _write
 
     root = tmp_path_factory.mktemp("planted-root")
     task = get_planted(NAME)
     result = train(task, TrainConfig(**TEST_SIZE), ArchConfig(d_head=8))
-    validation = validate_model(result.model, result.evaluator)
+    validation = with_patching_checks(validate_model(result.model, result.evaluator), task, result)
     dest = _write(root / "entries" / ENTRY, task, result=result, validation=validation,
                   command=["zoo", "train", "planted", NAME])
     return root, _summary(task.case, dest, result, validation)

@@ -1,0 +1,94 @@
+"""A trained model + its compiled case -> validation.json's `edge_effects`: is the edge-level ground
+truth true? Every q/k/v edge is patched alone (resample, the evaluator's exact edge patching) and
+its effect measured as a node's is (siit.validation): the fraction of labelled positions whose
+output changes against the unpatched model. An edge outside circuit.json (q/k/v parts of a labelled
+head edge count as labelled), including one between two circuit nodes that the high-level graph
+lacks, must move nothing (issue 36's bound, EDGE_BOUND).
+
+SIIT's strictness is node-level: it ablates a node for every reader at once, so a busy node whose
+writes later components cancel passes it while its single edges move the output. This section
+reports that; it does not yet decide met_criterion, because training does not yet enforce edges
+(issue 36): an entry with `exact: false` has a node-level ground truth that holds and an edge-level
+one that patching contradicts. Run on siit.transformer.Transformer (TransformerLens's hook protocol,
+no transformer_lens import), padded inputs only; models with more than EDGE_LIMIT q/k/v edges are
+skipped (tests/benchmarks/bench_edge_exactness.py measures any entry)."""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Mapping
+from typing import Any
+
+EDGE_N = 500
+"""Clean inputs (and as many counterfactuals): an edge that never moves an output on n·p labelled
+positions has effect below about 3 / (n·p) at 95% (rule of three), printed as `resolution`."""
+EDGE_SEED = 7
+"""Seed of those inputs: not the validation set's, nor `zoo eval`'s default."""
+EDGE_BOUND = 0.01
+"""Largest effect a non-circuit edge may have (issue 36; the node-level bound of validation.json)."""
+EDGE_LIMIT = 5000
+"""More q/k/v edges than this are not patched at training time (causal-bench-12x12 has 32,491)."""
+
+
+def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circuit_json: Mapping[str, Any],
+                 compiled: Any, tolerance: float | None) -> dict[str, Any]:
+    """validation.json's `edge_effects` (see the module docstring)."""
+    import torch
+
+    from eval.core.circuit import Circuit
+    from eval.core.graph import graph_of
+    from eval.methods.edge_patching import logit_movement, patched_metrics
+    from eval.patching.ablation import make_context
+    from eval.patching.task import make_task
+    from siit.high_level import as_task
+    from siit.transformer import Transformer
+
+    model = Transformer.from_state_dict(config, state_dict).eval()
+    graph = graph_of(model)
+    edges = list(graph.at("qkv").edges)
+    head = {"bound": EDGE_BOUND, "n": EDGE_N, "seed": EDGE_SEED, "ablation": "resample", "input_shape": "padded",
+            "qkv_edges": len(edges)}
+    if len(edges) > EDGE_LIMIT:
+        return {**head, "skipped": f"{len(edges)} q/k/v edges > {EDGE_LIMIT}: measure with "
+                                   "tests/benchmarks/bench_edge_exactness.py"}
+    source = as_task(compiled)
+    task = make_task(case=source.case, encoding=source.encoding, reference=source.high_level(), n=EDGE_N,
+                     seed=EDGE_SEED)
+    ctx = make_context(model, task, graph)
+    with torch.no_grad():
+        clean = ctx.forward()
+    effect = dict(zip(edges, (float(v) for v in patched_metrics(
+        ctx, [{e: 1.0} for e in edges], changed_fraction(task, clean, tolerance or 0.05), max_rows=4096))))
+    moved = logit_movement(ctx, edges, max_rows=4096)
+    labelled = {tuple(e) for e in Circuit.from_json(circuit_json).promoted().edges}
+    inside = [e for e in edges if (e[0], e[1].split("<")[0]) in labelled]
+    outside = [e for e in edges if (e[0], e[1].split("<")[0]) not in labelled]
+    worst = max(outside, key=effect.get, default=None)
+    positions = int(task.positions.sum())
+    above = sorted((e for e in outside if effect[e] > EDGE_BOUND), key=lambda e: -effect[e])
+    return {**head, "labelled_positions": positions, "resolution": round(3 / max(positions, 1), 6),
+            "exact": not above,
+            "max_out_of_circuit_edge_effect": round(effect[worst], 6) if worst else 0.0,
+            "worst_edge": f"{worst[0]}->{worst[1]}" if worst else None,
+            "out_of_circuit_edges_above_bound": [[f"{s}->{d}", round(effect[(s, d)], 6)] for s, d in above],
+            "min_circuit_edge_effect": round(min((effect[e] for e in inside), default=0.0), 6),
+            "median_circuit_edge_effect": round(statistics.median(effect[e] for e in inside), 6) if inside else None,
+            "max_out_of_circuit_logit_change": round(max((moved[e] for e in outside), default=0.0), 4),
+            "median_circuit_logit_change": round(statistics.median(moved[e] for e in inside), 4) if inside else None,
+            "definition": "fraction of labelled positions whose output changes (regression: by >= tolerance) when "
+                          "the edge alone is patched to its counterfactual value; logit change: the largest "
+                          "|logit change| at a labelled position"}
+
+
+def changed_fraction(task: Any, clean: Any, tolerance: float):
+    """Metric of one block of patched logits: the fraction of labelled positions that moved."""
+    pos = task.positions
+
+    def metric(logits: Any) -> Any:
+        if task.task_kind == "classification":
+            moved = logits.argmax(-1) != clean.argmax(-1)
+        else:
+            moved = (logits[..., 0] - clean[..., 0]).abs() >= tolerance
+        return moved[pos].float().mean()
+
+    return metric

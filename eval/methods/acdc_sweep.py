@@ -25,7 +25,9 @@ from typing import Any
 import torch
 
 from eval.core.circuit import INPUT, LOGITS, mlp_node, parse_node, promote
+from eval.core.device import device_of
 from eval.methods.edge_patching import reader_layer
+from eval.patching import bare
 from eval.patching.hooks import QKV, GroupKey, GroupLayout, GroupWeights, Offsets, feeds, order
 
 Edge = tuple[str, str]
@@ -64,10 +66,13 @@ class Sweep:
                       for l in range(self.L)}  # [3H, d_model, d_head]
         S, (n, p, d), dh = len(self.writers), self.D.shape[1:], int(a.attn["W_Q"].shape[-1])
         self.keys: list[GroupKey] = [("logits", 0)] + [(k, l) for l in range(self.L) for k in ("a", "m")]
-        dev = self.D.device
-        self.rem = {key: torch.zeros(T, 3 * self.H if key[0] == "a" else 1, S, device=dev) for key in self.keys}
-        self.off_qkv = {l: torch.zeros(T, n, p, 3, self.H, dh, device=dev) for l in range(self.L)}
-        self.off_resid = {r: torch.zeros(T, n, p, d, device=dev) for r in (LOGITS, *(mlp_node(l) for l in range(self.L)))}
+        self.rem = {key: self.D.new_zeros(T, 3 * self.H if key[0] == "a" else 1, S) for key in self.keys}
+        self.off_qkv = {l: self.D.new_zeros(T, n, p, 3, self.H, dh) for l in range(self.L)}
+        self.off_resid = {r: self.D.new_zeros(T, n, p, d) for r in (LOGITS, *(mlp_node(l) for l in range(self.L)))}
+        # Passes run written out (eval.patching.bare) where the model allows it, else through hooks.
+        self.bare = ctx.bare
+        if self.bare is not None:
+            self.allowed = bare.key_mask(self.bare, task.mask, n, p, self.D.device)
         self.off_used: set[int | str] = set()  # offsets not all zero
         self.removed: list[set[Edge]] = [set() for _ in taus]
         outgoing: dict[str, int] = {}
@@ -134,20 +139,29 @@ class Sweep:
         else:
             r = _resid_reader(key)
             resid[r] = resid.get(r, self.off_resid[r].new_zeros(k, *self.off_resid[r].shape[1:])) + move
-        weights = {}
-        for g, cols in self.live_cols.items():
-            w = self.rem[g].index_select(0, idx).index_select(2, cols)
-            if bool(w.any()):
-                weights[g] = w
-        ctx, task = self.ctx, self.ctx.task
+        weights = {g: w.index_select(0, idx) for g, w in self.live_w.items()
+                   if any(self.live_any[g][t] for t in taus)}
         with torch.no_grad():
-            run = self.a.run(task.tokens.repeat(k, 1), task.mask.repeat(k, 1), reference=ctx.reference,
-                             groups=GroupWeights(layout=self.layout, weights=weights),
-                             offsets=Offsets(qkv={l: o.flatten(0, 1) for l, o in qkv.items()},
-                                             resid={r: o.flatten(0, 1) for r, o in resid.items()}),
-                             start=ctx.starts[s])
-        logits = run.logits.view(k, n, *run.logits.shape[1:])
+            if self.bare is not None:
+                patches = bare.Patches(start=s, resid=self.ctx.starts[s].resid, reference=self.live_ref,
+                                       weights=weights, qkv_offsets=qkv,
+                                       resid_offsets={_slot(r, self.H)[0]: o for r, o in resid.items()})
+                logits = bare.run(self.bare, patches, k, self.allowed)
+            else:
+                logits = self._hooked(k, weights, qkv, resid)
+        logits = logits.view(k, n, *logits.shape[1:])
         return [float(self.metric(logits[i])) for i in range(k)]
+
+    def _hooked(self, k: int, weights: dict[GroupKey, torch.Tensor], qkv: dict[int, torch.Tensor],
+                resid: dict[str, torch.Tensor]) -> torch.Tensor:
+        """A pass's logits through eval.patching.hooks (models bare does not write out)."""
+        ctx, task = self.ctx, self.ctx.task
+        run = self.a.run(task.tokens.repeat(k, 1), task.mask.repeat(k, 1), reference=ctx.reference,
+                         groups=GroupWeights(layout=self.layout, weights=weights),
+                         offsets=Offsets(qkv={l: o.flatten(0, 1) for l, o in qkv.items()},
+                                         resid={r: o.flatten(0, 1) for r, o in resid.items()}),
+                         start=ctx.starts[self.start])
+        return run.logits
 
     # ---- state updates ----
 
@@ -165,6 +179,9 @@ class Sweep:
         self.kept_out[t][src] -= 1
         key, row = _slot(reader, self.H)
         self.rem[key][t, row, self.col[src]] = 1.0
+        if key in self.live_w and src in self.live_at:  # a live edge: also in the pass weights
+            self.live_w[key][t, row, self.live_at[src]] = 1.0
+            self.live_any[key][t] = True
         if order(src)[0] < self.start:  # its move is the same in every pass from here: add it once
             self._add(key, row, t, move)
 
@@ -210,8 +227,17 @@ class Sweep:
             if mine:
                 sources[key] = mine
         dev = self.D.device
-        self.live_cols = {key: torch.tensor([self.col[w] for w in names], device=dev) for key, names in sources.items()}
-        return GroupLayout.make(sources, self.L, dev)
+        # The removed live edges of each group, [T, readers, its live writers], kept up to date by
+        # _remove: a pass selects its τ's rows instead of gathering them from rem every time.
+        self.live_w = {key: self.rem[key].index_select(2, torch.tensor([self.col[w] for w in names], device=dev))
+                       for key, names in sources.items()}
+        self.live_any = {key: w.flatten(1).any(1).tolist() for key, w in self.live_w.items()}
+        self.live_at = {w: i for i, w in enumerate(live)}  # a group's live writers are a prefix of live
+        if self.bare is not None:  # its groups read prefixes of the live writers (bare.Patches)
+            assert all(names == tuple(live[:bare.prefix(self.bare, self.start, key)]) for key, names in sources.items())
+            ref = self.ctx.reference
+            self.live_ref = torch.stack([ref[w].expand(self.D.shape[1:]) for w in live])
+        return GroupLayout.make(sources, self.L)
 
 
 def _resid_reader(key: GroupKey) -> str:

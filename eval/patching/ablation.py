@@ -18,6 +18,7 @@ import torch
 
 from eval.core.circuit import INPUT, parse_node
 from eval.core.graph import ComputationGraph
+from eval.patching.bare import BareModel, bare_model
 from eval.patching.hooks import Adapter, Start, adapt
 from eval.patching.task import TaskData
 
@@ -53,6 +54,12 @@ class AblationContext:
         """The clean pass's state at every block (index = layer), computed once: a pass that patches
         nothing before block l starts there (eval.patching.hooks.Start)."""
         return self.adapter.starts(self.task.tokens, self.task.mask)
+
+    @functools.cached_property
+    def bare(self) -> BareModel | None:
+        """The model's blocks written out (eval.patching.bare), or None where they are not: the
+        exact edge methods' passes run there instead of through hooks when they can."""
+        return bare_model(self.model)
 
 
 def make_context(model: Any, task: TaskData, graph: ComputationGraph, kind: AblationKind = "resample") -> AblationContext:

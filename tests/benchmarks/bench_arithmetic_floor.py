@@ -41,13 +41,27 @@ from typing import Any
 
 
 class BlockMeter:
-    """Rows run by the blocks of a model, and rows of the passes reaching the unembedding."""
+    """Rows run by the blocks of a model, and rows of the passes reaching the unembedding. Passes
+    written out (eval.patching.bare) run no block module: their entry points are wrapped instead."""
 
     def __init__(self, model: Any, flops_per_row: float) -> None:
+        from eval.patching import bare
+
         self.flop, self.row_blocks, self.rows = 0.0, 0, 0
         self.per_row = flops_per_row
         self.handles = [block.register_forward_hook(self._block) for block in model.blocks]
         self.handles.append(model.unembed.register_forward_hook(self._unembed))
+        self.bare, self.bare_entries = bare, {name: getattr(bare, name) for name in bare.ENTRIES}
+        for name, fn in self.bare_entries.items():
+            setattr(bare, name, self._counted(fn))
+
+    def _counted(self, fn: Any) -> Any:
+        def run(bm: Any, p: Any, k: int, *args: Any, **kwargs: Any) -> Any:
+            rows = k * int(p.resid.shape[0])
+            self.row_blocks += rows * (bm.n_layers - p.start)
+            self.flop += rows * (bm.n_layers - p.start) * self.per_row
+            return fn(bm, p, k, *args, **kwargs)
+        return run
 
     def _block(self, module: Any, args: Any, output: Any) -> None:
         rows = int(output.shape[0])
@@ -60,21 +74,38 @@ class BlockMeter:
     def close(self) -> None:
         for h in self.handles:
             h.remove()
+        for name, fn in self.bare_entries.items():
+            setattr(self.bare, name, fn)
 
 
 def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -> dict[str, Any]:
     """bench_edge_methods.measure (time, passes) of one method or the per-edge loop, with a
-    BlockMeter: rows per pass, blocks per pass, arithmetic and its rate."""
+    BlockMeter: rows per pass, blocks per pass, arithmetic and its rate; and the floor: that
+    arithmetic at the rate a bare block runs at on a pass's rows, measured right after the method
+    (the machine is shared: its load then is the method's), and the method's CPU time over it."""
     from bench_edge_methods import measure
 
     meter = BlockMeter(model, flops_per_row)
     row = measure(model, task, graph, key)
     meter.close()
     passes = max(1, row["forward"])
+    rows_per_pass = meter.rows / passes
+    rate, _ = block_rate(model.cfg, max(1, round(rows_per_pass)), int(task.tokens.shape[1]))
+    floor = meter.flop / rate
     return {"method": key, "wall_s": round(row["wall_s"], 2), "cpu_s": round(row["cpu_s"], 2),
-            "passes": row["forward"], "rows_per_pass": round(meter.rows / passes, 1),
+            "passes": row["forward"], "rows_per_pass": round(rows_per_pass, 1),
             "blocks_per_pass": round(meter.row_blocks / max(1, meter.rows), 2),
-            "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / row["cpu_s"] / 1e9, 1)}
+            "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / row["cpu_s"] / 1e9, 1),
+            "block_gflop_per_s": round(rate / 1e9, 1), "floor_s": round(floor, 2),
+            "floor_ratio": round(row["cpu_s"] / floor, 2), "loadavg": _loadavg()}
+
+
+def _loadavg() -> str:
+    """The machine's load average (1, 5, 15 min) when a row was measured: it is shared."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
 
 
 def sweep_blocks(graph: Any, n_layers: int) -> int:

@@ -24,24 +24,13 @@ from typing import Any
 
 import torch
 
-from eval.core.circuit import INPUT, LOGITS, mlp_node, parse_node, promote
-from eval.core.device import device_of
+from eval.core.circuit import INPUT, LOGITS, mlp_node, promote
 from eval.methods.edge_patching import reader_layer
 from eval.patching import bare
 from eval.patching.hooks import QKV, GroupKey, GroupLayout, GroupWeights, Offsets, feeds, order
 
 Edge = tuple[str, str]
 Metric = Callable[[torch.Tensor], torch.Tensor]
-
-
-def _slot(reader: str, n_heads: int) -> tuple[GroupKey, int]:
-    """A q/k/v-level reader's group and its row in the group's weights (q0..q{H-1}, k0.., v0..)."""
-    n = parse_node(reader)
-    if n.kind == "logits":
-        return ("logits", 0), 0
-    if n.kind == "mlp":
-        return ("m", n.layer), 0
-    return ("a", n.layer), QKV.index(n.qkv) * n_heads + n.head
 
 
 class Sweep:
@@ -94,7 +83,7 @@ class Sweep:
         start = min(reader_layer(reader, self.L), self.L - 1)
         while self.start > start:
             self._move_start(self.start - 1)
-        key, row = _slot(reader, self.H)
+        key, row = bare.slot(reader, self.H)
         move = self._move(src, key, row)
         node, live = promote(reader), []
         for t in range(len(self.taus)):
@@ -131,7 +120,7 @@ class Sweep:
         qkv = {l: self.off_qkv[l].index_select(0, idx) for l in range(s, self.L) if l in self.off_used}
         resid = {r: self.off_resid[r].index_select(0, idx) for r in self.off_resid
                  if r in self.off_used and reader_layer(r, self.L) >= s}
-        key, row = _slot(reader, self.H)
+        key, row = bare.slot(reader, self.H)
         if key[0] == "a":
             base = qkv.get(key[1], self.off_qkv[key[1]].new_zeros(k, *self.off_qkv[key[1]].shape[1:]))
             base[:, :, :, row // self.H, row % self.H] += move
@@ -143,14 +132,22 @@ class Sweep:
                    if any(self.live_any[g][t] for t in taus)}
         with torch.no_grad():
             if self.bare is not None:
+                rows = {g: [self._rows(g, t) for t in taus] for g in weights if g[0] == "a"}
                 patches = bare.Patches(start=s, resid=self.ctx.starts[s].resid, reference=self.live_ref,
-                                       weights=weights, qkv_offsets=qkv,
-                                       resid_offsets={_slot(r, self.H)[0]: o for r, o in resid.items()})
+                                       weights=weights, rows=rows, qkv_offsets=qkv,
+                                       resid_offsets={bare.slot(r, self.H)[0]: o for r, o in resid.items()})
                 logits = bare.run(self.bare, patches, k, self.allowed)
             else:
                 logits = self._hooked(k, weights, qkv, resid)
         logits = logits.view(k, n, *logits.shape[1:])
         return [float(self.metric(logits[i])) for i in range(k)]
+
+    def _rows(self, key: GroupKey, t: int) -> bare.Rows:
+        """τ t's live weights of a head group, compacted (bare.compact): they change only when an
+        edge into the group is removed, which for a head group after the start block is never."""
+        if (key, t) not in self.rows_cache:
+            self.rows_cache[(key, t)] = bare.compact(self.live_w[key][t])
+        return self.rows_cache[(key, t)]
 
     def _hooked(self, k: int, weights: dict[GroupKey, torch.Tensor], qkv: dict[int, torch.Tensor],
                 resid: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -177,11 +174,12 @@ class Sweep:
         self.removed[t].add(edge)
         self.sig[t] ^= self.hash[edge]
         self.kept_out[t][src] -= 1
-        key, row = _slot(reader, self.H)
+        key, row = bare.slot(reader, self.H)
         self.rem[key][t, row, self.col[src]] = 1.0
         if key in self.live_w and src in self.live_at:  # a live edge: also in the pass weights
             self.live_w[key][t, row, self.live_at[src]] = 1.0
             self.live_any[key][t] = True
+            self.rows_cache.pop((key, t), None)
         if order(src)[0] < self.start:  # its move is the same in every pass from here: add it once
             self._add(key, row, t, move)
 
@@ -233,6 +231,7 @@ class Sweep:
                        for key, names in sources.items()}
         self.live_any = {key: w.flatten(1).any(1).tolist() for key, w in self.live_w.items()}
         self.live_at = {w: i for i, w in enumerate(live)}  # a group's live writers are a prefix of live
+        self.rows_cache: dict[tuple[GroupKey, int], bare.Rows] = {}
         if self.bare is not None:  # its groups read prefixes of the live writers (bare.Patches)
             assert all(names == tuple(live[:bare.prefix(self.bare, self.start, key)]) for key, names in sources.items())
             ref = self.ctx.reference

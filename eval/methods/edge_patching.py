@@ -42,8 +42,10 @@ import torch
 
 from eval.patching.ablation import AblationContext, AblationKind, behaviour_tensor, make_context
 from eval.core.circuit import INPUT, head_node, mlp_node, node_sort_key, parse_node
+from eval.core.device import device_of
 from eval.core.graph import ComputationGraph
 from eval.methods.interface import Method, MethodOutput, Progress
+from eval.patching import bare
 from eval.patching.task import TaskData
 
 GRAD_FLOATS = 64 * 2**20
@@ -122,32 +124,47 @@ def patched_metrics(ctx: AblationContext, patch_sets: Sequence[Mapping[Edge, flo
     n = task.n
     per = max(1, max_rows // n)
     L = ctx.adapter.n_layers
+    # Written out (eval.patching.bare) where the model allows it and every reader is q/k/v-level.
+    bare_model = ctx.bare if all(parse_node(d).kind != "head" or parse_node(d).qkv is not None
+                                 for patch in patch_sets for _, d in patch) else None
+    allowed = None if bare_model is None else bare.key_mask(bare_model, task.mask, n, int(task.tokens.shape[1]),
+                                                             device_of(task.tokens))
     out: list[torch.Tensor] = []
     for first in range(0, len(patch_sets), per):
         chunk = patch_sets[first:first + per]
         k = len(chunk)
-        index: dict[Edge, int] = {}
-        values: list[list[float]] = []  # per edge, its weight in each block
-        for i, patch in enumerate(chunk):
-            for edge, w in patch.items():
-                j = index.setdefault(edge, len(index))
-                if j == len(values):
-                    values.append([0.0] * k)
-                values[j][i] = float(w)
-        keys = tuple(index)
-        dev = task.tokens.device
-        W = torch.tensor(values, device=dev).T if values else torch.zeros(k, 0, device=dev)  # [k blocks of n rows, edges]
-        reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in keys}}
         # Logits' edges start at the last block: a pass runs at least one block (eval.patching.hooks.Start).
-        layer = min((reader_layer(d, L) for _, d in keys), default=L - 1)
+        layer = min((reader_layer(d, L) for patch in chunk for _, d in patch), default=L - 1)
+        start = ctx.starts[min(layer, L - 1)]
         with torch.no_grad():
-            run = ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k), reference=reference,
-                                  edge_matrix=(keys, W), start=ctx.starts[min(layer, L - 1)])
-        logits = run.logits.view(k, n, *run.logits.shape[1:])
+            if bare_model is not None:
+                logits = bare.run(bare_model, bare.edge_patches(bare_model, start, ctx.reference, chunk), k, allowed)
+            else:
+                logits = _hooked_pass(ctx, chunk, start)
+        logits = logits.view(k, n, *logits.shape[1:])
         out += [metric(logits[i]).detach() for i in range(k)]
         if progress is not None:
             progress(len(out), len(patch_sets))
-    return torch.stack(out) if out else torch.zeros(0, device=task.tokens.device)
+    return torch.stack(out) if out else torch.zeros(0, device=device_of(task.tokens))
+
+
+def _hooked_pass(ctx: AblationContext, chunk: Sequence[Mapping[Edge, float]], start: Any) -> torch.Tensor:
+    """Logits of one pass of patched_metrics through eval.patching.hooks, block i patching chunk[i]."""
+    task, k = ctx.task, len(chunk)
+    index: dict[Edge, int] = {}
+    values: list[list[float]] = []  # per edge, its weight in each block
+    for i, patch in enumerate(chunk):
+        for edge, w in patch.items():
+            j = index.setdefault(edge, len(index))
+            if j == len(values):
+                values.append([0.0] * k)
+            values[j][i] = float(w)
+    keys = tuple(index)
+    dev = device_of(task.tokens)
+    W = torch.tensor(values, device=dev).T if values else torch.zeros(k, 0, device=dev)  # [k blocks of n rows, edges]
+    reference = {s: repeat_rows(ctx.reference[s], k) for s in {s for s, _ in keys}}
+    return ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k), reference=reference,
+                           edge_matrix=(keys, W), start=start).logits
 
 
 def reader_layer(reader: str, n_layers: int) -> int:

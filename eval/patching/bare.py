@@ -20,12 +20,15 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import torch
 
 from eval.core import tlens
+from eval.core.circuit import head_node, mlp_node, parse_node
+
+QKV = ("q", "k", "v")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -111,9 +114,26 @@ def attention(bm: BareModel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, 
     return torch.matmul(e.div_(e.sum(-1, keepdim=True).clamp_min_(torch.finfo(s.dtype).tiny)), v)
 
 
-def qkv(bm: BareModel, layer: int, x: torch.Tensor, w: torch.Tensor | None, D: torch.Tensor) -> torch.Tensor:
+Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
+"""A block's weights of one reader group, compacted: (its distinct nonzero rows [u, writers], the
+readers with a patch [r], which distinct row each reads [r], None when they are the same)."""
+
+
+def compact(w: torch.Tensor) -> Rows:
+    """One block's [readers, writers] weights as Rows. ACDC's 0/1 rows repeat: at 8x8 a block's
+    3H readers of a layer hold about 19 nonzero rows and 9 distinct ones."""
+    at = w.any(1).nonzero().flatten()
+    if len(at) == 0:
+        return w[:0], at, None
+    U, inv = torch.unique(w.index_select(0, at), dim=0, return_inverse=True)
+    return U, at, inv
+
+
+def qkv(bm: BareModel, layer: int, x: torch.Tensor, w: torch.Tensor | None, D: torch.Tensor,
+        rows: Sequence[Rows] | None = None) -> torch.Tensor:
     """Queries, keys and values [blocks, n, 3, H, pos, d_head] of residual x [blocks, n, pos, d],
-    reader r of block b reading x + Σ_s w[b, r, s] D[b, s] (w None: nothing patched).
+    reader r of block b reading x + Σ_s w[b, r, s] D[b, s] (w None: nothing patched; rows: w's
+    blocks compacted already, else compacted here).
 
     The residual is projected for every reader at once (one wide product), and each block's
     patches are summed and projected while they are in cache: the sum is [3H, n·pos·d_model],
@@ -122,13 +142,19 @@ def qkv(bm: BareModel, layer: int, x: torch.Tensor, w: torch.Tensor | None, D: t
     it ran at a fifth of the rate."""
     kb, n, p, d = x.shape
     H, dh = bm.n_heads, bm.d_head
-    out = (x.reshape(-1, d) @ bm.W_cat[layer]).view(kb, n, p, 3, H, dh)
+    out = (x.reshape(-1, d) @ bm.W_cat[layer]).view(kb, n, p, 3 * H, dh)
     if w is not None:
         WT = bm.W_qkv[layer].transpose(1, 2)  # [3H, d_head, d_model]
-        for b, any_patch in enumerate(w.flatten(1).any(1).tolist()):
-            if any_patch:
-                delta = torch.mm(w[b], D[b, :w.shape[2]]).view(3 * H, n * p, d)
-                out[b] += torch.bmm(WT, delta.transpose(1, 2)).view(3, H, dh, n, p).permute(3, 4, 0, 1, 2)
+        for b, (U, at, inv) in enumerate(rows if rows is not None else (compact(wb) for wb in w)):
+            if len(at) == 0:
+                continue
+            # One sum per distinct row, then each patched reader projects its own (W^T·Δ^T).
+            delta = torch.mm(U, D[b, :U.shape[1]]).view(len(U), n * p, d)
+            if inv is not None:
+                delta = delta.index_select(0, inv)
+            proj = torch.bmm(WT.index_select(0, at), delta.transpose(1, 2)).view(len(at), dh, n, p)
+            out[b].index_add_(2, at, proj.permute(2, 3, 0, 1))
+    out = out.view(kb, n, p, 3, H, dh)
     return (out + bm.b_qkv[layer].view(1, 1, 1, 3, H, dh)).permute(0, 1, 3, 4, 2, 5)
 
 
@@ -154,6 +180,8 @@ class Patches:
     """[live writers, n, pos, d_model]: what each live writer is patched towards."""
     weights: dict[GroupKey, torch.Tensor]
     """Group -> [k, readers, its prefix of live writers] (0/1 or any weight); groups left out patch nothing."""
+    rows: dict[GroupKey, Sequence[Rows]] = dataclasses.field(default_factory=dict)
+    """Group ("a", l) -> its weights per block compacted (`compact`), where the caller keeps them."""
     qkv_offsets: dict[int, torch.Tensor]
     """Layer -> fixed change of its q/k/v [k, n, pos, 3, H, d_head] (eval.patching.edge_groups.Offsets' layout)."""
     resid_offsets: dict[GroupKey, torch.Tensor]
@@ -187,7 +215,7 @@ def run(bm: BareModel, p: Patches, k: int, allowed: torch.Tensor) -> torch.Tenso
     ref = p.reference.view(1, S, n * pos * d)
     for layer in range(p.start, bm.n_layers):
         j = (layer - p.start) * per
-        q, kk, v = qkv(bm, layer, x, p.weights.get(("a", layer)), D).unbind(2)  # each [k, n, H, pos, dh]
+        q, kk, v = qkv(bm, layer, x, p.weights.get(("a", layer)), D, p.rows.get(("a", layer))).unbind(2)  # each [k, n, H, pos, dh]
         if layer in p.qkv_offsets:
             off = p.qkv_offsets[layer].permute(0, 1, 3, 4, 2, 5)  # -> [k, n, 3, H, pos, dh]
             q, kk, v = q + off[:, :, 0], kk + off[:, :, 1], v + off[:, :, 2]
@@ -210,3 +238,53 @@ def _input(p: Patches, key: GroupKey, x: torch.Tensor, D: torch.Tensor) -> torch
     if key in p.resid_offsets:
         x = x + p.resid_offsets[key]
     return x
+
+
+def slot(reader: str, n_heads: int) -> tuple[GroupKey, int]:
+    """A q/k/v-level reader's group and its row in the group's weights (q0..q{H-1}, k0.., v0..)."""
+    node = parse_node(reader)
+    if node.kind == "logits":
+        return ("logits", 0), 0
+    if node.kind == "mlp":
+        return ("m", node.layer), 0
+    if node.qkv is None:
+        raise ValueError(f"{reader!r} is a whole head: give its q, k and v inputs")
+    return ("a", node.layer), QKV.index(node.qkv) * n_heads + node.head
+
+
+def live_writers(bm: BareModel, start: int) -> list[str]:
+    """The writers a pass from block `start` recomputes, in the order Patches lays them out."""
+    return [w for l in range(start, bm.n_layers) for w in (*(head_node(l, h) for h in range(bm.n_heads)), mlp_node(l))]
+
+
+def edge_patches(bm: BareModel, start: Any, reference: Mapping[str, torch.Tensor],
+                 sets: Sequence[Mapping[tuple[str, str], float]]) -> Patches:
+    """The Patches of k = len(sets) row blocks from the clean state `start` (eval.patching.hooks.Start),
+    block i patching the q/k/v-level edges of sets[i] with their weights towards `reference`.
+    An edge from a writer before the start moves its reader by the same amount in every pass
+    (reference - clean): that goes in as an offset, through W_Q/K/V for a head's input."""
+    s, k = start.layer, len(sets)
+    resid = start.resid
+    n, pos, d = resid.shape
+    live = live_writers(bm, s)
+    at = {w: i for i, w in enumerate(live)}
+    weights: dict[GroupKey, torch.Tensor] = {}
+    qkv_off: dict[int, torch.Tensor] = {}
+    resid_off: dict[GroupKey, torch.Tensor] = {}
+    for b, patch in enumerate(sets):
+        for (src, reader), wt in patch.items():
+            key, row = slot(reader, bm.n_heads)
+            if src in at:
+                if key not in weights:
+                    weights[key] = resid.new_zeros(k, 3 * bm.n_heads if key[0] == "a" else 1, prefix(bm, s, key))
+                weights[key][b, row, at[src]] += float(wt)
+                continue
+            move = float(wt) * (reference[src] - start.outputs[src]).expand(n, pos, d)
+            if key[0] == "a":
+                off = qkv_off.setdefault(key[1], resid.new_zeros(k, n, pos, 3 * bm.n_heads, bm.d_head))
+                off[b, :, :, row] += move @ bm.W_qkv[key[1], row]
+            else:
+                resid_off.setdefault(key, resid.new_zeros(k, n, pos, d))[b] += move
+    ref = torch.stack([reference[w].expand(n, pos, d) for w in live])
+    return Patches(start=s, resid=resid, reference=ref, weights=weights, resid_offsets=resid_off,
+                   qkv_offsets={l: o.view(k, n, pos, 3, bm.n_heads, bm.d_head) for l, o in qkv_off.items()})

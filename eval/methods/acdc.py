@@ -28,7 +28,7 @@ from typing import Any, Literal
 
 import torch
 
-from eval.patching.ablation import AblationKind, behaviour_tensor, make_context
+from eval.patching.ablation import AblationKind, make_context
 from eval.core.circuit import promote
 from eval.methods.acdc_sweep import Sweep
 from eval.methods.edge_patching import Edge, Metric, readers
@@ -63,26 +63,49 @@ class AcdcOptions:
 
 
 def divergence_metric(task: TaskData, full_logits: torch.Tensor) -> Metric:
-    """Divergence of a block's output from the full model's, at label positions (≥ 0, 0 at the full model)."""
-    pos = task.positions
+    """Divergence of a block's output from the full model's, at label positions (≥ 0, 0 at the full
+    model): one block [n, pos, d_vocab_out] -> a scalar, or blocks [k, n, pos, d_vocab_out] -> [k]
+    (ACDC's sweep scores every row block of a pass at once)."""
+    rows, cols = task.positions.nonzero(as_tuple=True)  # the order a boolean mask picks them in
     if task.task_kind == "regression":
-        target = full_logits[..., 0][pos]
-        return lambda logits: ((logits[..., 0][pos] - target) ** 2).mean()
-    log_p = torch.log_softmax(full_logits[pos].double(), dim=-1)
+        target = full_logits[rows, cols, 0]
+        return lambda logits: ((logits[..., rows, cols, 0] - target) ** 2).mean(-1)
+    log_p = torch.log_softmax(full_logits[rows, cols].double(), dim=-1)
 
     def kl(logits: torch.Tensor) -> torch.Tensor:
-        log_q = torch.log_softmax(logits[pos].double(), dim=-1)
-        return (log_p.exp() * (log_p - log_q)).sum(-1).mean()
+        log_q = torch.log_softmax(logits[..., rows, cols, :].double(), dim=-1)
+        return (log_p.exp() * (log_p - log_q)).sum(-1).mean(-1)
 
     return kl
 
 
+def logit_diff_metric(task: TaskData) -> Metric:
+    """Minus the task behaviour (eval.patching.ablation.behaviour_tensor's logit difference) of one
+    block -> a scalar, or of blocks [k, n, pos, d_vocab_out] -> [k]."""
+    differ = task.positions & (task.labels != task.cf_labels)
+    if not differ.any():
+        raise ValueError("the counterfactuals never change the reference label: logit difference undefined")
+    rows, cols = differ.nonzero(as_tuple=True)
+    label, cf = task.labels[rows, cols], task.cf_labels[rows, cols]
+    if task.task_kind == "regression":
+        sign = torch.sign(label - cf)
+        return lambda logits: -((logits[..., rows, cols, 0] - cf) * sign).mean(-1)
+    at = torch.arange(len(rows), device=rows.device)
+
+    def minus_diff(logits: torch.Tensor) -> torch.Tensor:
+        picked = logits[..., rows, cols, :]
+        return -(picked[..., at, label] - picked[..., at, cf]).mean(-1)
+
+    return minus_diff
+
+
 def acdc_metric(kind: AcdcMetric, task: TaskData, full_logits: torch.Tensor) -> Metric:
-    """The metric ACDC keeps small: a divergence from the full model, or minus the behaviour."""
+    """The metric ACDC keeps small: a divergence from the full model, or minus the behaviour; of
+    one block, or of k blocks at once -> [k]."""
     if kind == "divergence":
         return divergence_metric(task, full_logits)
     if kind == "logit_diff":
-        return lambda logits: -behaviour_tensor(task, logits)
+        return logit_diff_metric(task)
     raise ValueError(f"unknown ACDC metric {kind!r}; allowed: divergence, logit_diff")
 
 

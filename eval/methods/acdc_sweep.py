@@ -31,6 +31,8 @@ from eval.patching.hooks import QKV, GroupKey, GroupLayout, GroupWeights, Offset
 
 Edge = tuple[str, str]
 Metric = Callable[[torch.Tensor], torch.Tensor]
+"""Logits of k row blocks [k, n, pos, d_vocab_out] -> the metric of each [k] (and of one block
+[n, pos, d_vocab_out] -> a scalar): eval.methods.acdc.acdc_metric."""
 
 
 class Sweep:
@@ -139,8 +141,7 @@ class Sweep:
                 logits = bare.run(self.bare, patches, k, self.allowed)
             else:
                 logits = self._hooked(k, weights, qkv, resid)
-        logits = logits.view(k, n, *logits.shape[1:])
-        return [float(self.metric(logits[i])) for i in range(k)]
+        return self.metric(logits.view(k, n, *logits.shape[1:])).cpu().tolist()  # [k]: every block at once
 
     def _rows(self, key: GroupKey, t: int) -> bare.Rows:
         """τ t's live weights of a head group, compacted (bare.compact): they change only when an

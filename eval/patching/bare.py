@@ -130,10 +130,11 @@ def compact(w: torch.Tensor) -> Rows:
 
 
 def qkv(bm: BareModel, layer: int, x: torch.Tensor, w: torch.Tensor | None, D: torch.Tensor,
-        rows: Sequence[Rows] | None = None) -> torch.Tensor:
+        rows: Sequence[Rows] | None = None, offset: torch.Tensor | None = None) -> torch.Tensor:
     """Queries, keys and values [blocks, n, 3, H, pos, d_head] of residual x [blocks, n, pos, d],
     reader r of block b reading x + Σ_s w[b, r, s] D[b, s] (w None: nothing patched; rows: w's
-    blocks compacted already, else compacted here).
+    blocks compacted already, else compacted here; offset: a fixed change of them,
+    [k, n, pos, 3, H, d_head]).
 
     The residual is projected for every reader at once (one wide product), and each block's
     patches are summed and projected while they are in cache: the sum is [3H, n·pos·d_model],
@@ -155,6 +156,8 @@ def qkv(bm: BareModel, layer: int, x: torch.Tensor, w: torch.Tensor | None, D: t
             proj = torch.bmm(WT.index_select(0, at), delta.transpose(1, 2)).view(len(at), dh, n, p)
             out[b].index_add_(2, at, proj.permute(2, 3, 0, 1))
     out = out.view(kb, n, p, 3, H, dh)
+    if offset is not None:  # [k, n, pos, 3, H, d_head]: the same layout
+        out += offset
     return (out + bm.b_qkv[layer].view(1, 1, 1, 3, H, dh)).permute(0, 1, 3, 4, 2, 5)
 
 
@@ -215,19 +218,31 @@ def run(bm: BareModel, p: Patches, k: int, allowed: torch.Tensor) -> torch.Tenso
     ref = p.reference.view(1, S, n * pos * d)
     for layer in range(p.start, bm.n_layers):
         j = (layer - p.start) * per
-        q, kk, v = qkv(bm, layer, x, p.weights.get(("a", layer)), D, p.rows.get(("a", layer))).unbind(2)  # each [k, n, H, pos, dh]
-        if layer in p.qkv_offsets:
-            off = p.qkv_offsets[layer].permute(0, 1, 3, 4, 2, 5)  # -> [k, n, 3, H, pos, dh]
-            q, kk, v = q + off[:, :, 0], kk + off[:, :, 1], v + off[:, :, 2]
+        q, kk, v = qkv(bm, layer, x, p.weights.get(("a", layer)), D, p.rows.get(("a", layer)),
+                       p.qkv_offsets.get(layer)).unbind(2)  # each [k, n, H, pos, dh]
         z = attention(bm, q, kk, v, allowed)
-        heads = torch.matmul(z.transpose(1, 2).reshape(k, H, n * pos, bm.d_head), bm.W_O[layer])  # [k, H, n·pos, d]
-        torch.sub(ref[:, j:j + H], heads.view(k, H, -1), out=D[:, j:j + H])
-        x = x + (heads.sum(1) + bm.b_O[layer]).view(k, n, pos, d)
+        x = x + _heads(bm, layer, z, ref[0, j:j + H], D[:, j:j + H]).view(k, n, pos, d)
         m_in = _input(p, ("m", layer), x, D)
         out = bm.act(m_in.view(-1, d) @ bm.W_in[layer] + bm.b_in[layer]) @ bm.W_out[layer] + bm.b_out[layer]
         torch.sub(ref[:, j + H], out.view(k, -1), out=D[:, j + H])
         x = x + out.view(k, n, pos, d)
     return bm.unembed(_input(p, ("logits", 0), x, D).view(k * n, pos, d))
+
+
+def _heads(bm: BareModel, layer: int, z: torch.Tensor, ref: torch.Tensor, D: torch.Tensor) -> torch.Tensor:
+    """The attention output [k·n·pos, d_model] of z [k, n, H, pos, d_head], with each head's
+    reference - output written into D [k, H, n·pos·d_model] (ref: [H, n·pos·d_model]). The
+    difference comes straight out of one product per block (ref - z_h W_O[h]): the heads' outputs
+    are never stored, then read back to subtract and to sum, which cost more than the products.
+    Their sum is one product over all heads instead."""
+    k, n, H, pos, dh = z.shape
+    d = ref.shape[-1] // (n * pos)
+    zh = z.transpose(1, 2).reshape(k, H, n * pos, dh)
+    ref = ref.view(H, n * pos, d)
+    for b in range(k):
+        torch.baddbmm(ref, zh[b], bm.W_O[layer], alpha=-1.0, out=D[b].view(H, n * pos, d))
+    return torch.addmm(bm.b_O[layer], z.permute(0, 1, 3, 2, 4).reshape(k * n * pos, H * dh),
+                       bm.W_O[layer].reshape(H * dh, d))
 
 
 def _input(p: Patches, key: GroupKey, x: torch.Tensor, D: torch.Tensor) -> torch.Tensor:

@@ -1,0 +1,107 @@
+"""eval.patching.bare (the written-out passes of exact ACDC and edge patching) against the hooked
+passes of eval.patching.hooks: the same logits for the same patches, on tiny random models with a
+padded row, causal and bidirectional."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eval.core.graph import graph_of
+from eval.methods.acdc import acdc_metric
+from eval.methods.edge_patching import edge_effects
+from eval.patching import bare
+from eval.patching.ablation import make_context
+from eval.patching.hooks import GroupLayout, GroupWeights, Offsets
+from test_edge_methods import tiny_model, tiny_task
+
+
+def context(causal: bool = True, ablation: str = "resample"):
+    model = tiny_model(layers=3, heads=2, causal=causal, seed=3)
+    ctx = make_context(model, tiny_task(model, seed=3), graph_of(model), ablation)
+    if ctx.bare is None:
+        pytest.skip("this TransformerLens major builds a bridge: its passes run through hooks")
+    return ctx
+
+
+def random_patches(ctx, start: int, k: int, gen: torch.Generator) -> tuple[bare.Patches, dict, dict]:
+    """0/1 weights on every group from `start` on, q/k/v and residual offsets; as bare.Patches and as
+    Adapter.run's groups and offsets."""
+    bm, n = ctx.bare, ctx.task.n
+    pos, d = ctx.task.tokens.shape[1], ctx.starts[0].resid.shape[-1]
+    live = bare.live_writers(bm, start)
+    keys = [("logits", 0), *((kind, l) for l in range(start, bm.n_layers) for kind in ("a", "m"))]
+    sources = {key: tuple(live[:bare.prefix(bm, start, key)]) for key in keys}
+    sources = {key: names for key, names in sources.items() if names}
+    weights = {key: (torch.rand(k, 3 * bm.n_heads if key[0] == "a" else 1, len(names), generator=gen) < 0.5).float()
+               for key, names in sources.items()}
+    qkv = {l: torch.randn(k, n, pos, 3, bm.n_heads, bm.d_head, generator=gen) for l in range(start, bm.n_layers)}
+    resid = {("m", start): torch.randn(k, n, pos, d, generator=gen), ("logits", 0): torch.randn(k, n, pos, d, generator=gen)}
+    patches = bare.Patches(start=start, resid=ctx.starts[start].resid, weights=weights, qkv_offsets=qkv,
+                           resid_offsets=resid,
+                           reference=torch.stack([ctx.reference[w].expand(n, pos, d) for w in live]))
+    hooked = {"groups": GroupWeights(layout=GroupLayout.make(sources, bm.n_layers), weights=weights),
+              "offsets": Offsets(qkv={l: o.flatten(0, 1) for l, o in qkv.items()},
+                                 resid={"m%d" % start: resid[("m", start)].flatten(0, 1),
+                                        "logits": resid[("logits", 0)].flatten(0, 1)})}
+    return patches, hooked, sources
+
+
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+@pytest.mark.parametrize("start", [0, 1, 2])
+def test_a_written_out_pass_equals_the_hooked_pass(causal, start):
+    ctx = context(causal)
+    task, k = ctx.task, 3
+    patches, hooked, _ = random_patches(ctx, start, k, torch.Generator().manual_seed(start))
+    allowed = bare.key_mask(ctx.bare, task.mask, task.n, task.tokens.shape[1], task.tokens.device)
+    with torch.no_grad():
+        want = ctx.adapter.run(task.tokens.repeat(k, 1), task.mask.repeat(k, 1), reference=ctx.reference,
+                               start=ctx.starts[start], **hooked).logits
+        got = bare.run(ctx.bare, patches, k, allowed)
+        # the group rows compacted by the caller (as the ACDC sweep keeps them) give the same
+        rows = {key: [bare.compact(w[b]) for b in range(k)] for key, w in patches.weights.items() if key[0] == "a"}
+        compacted = bare.run(ctx.bare, bare.Patches(**{**patches.__dict__, "rows": rows}), k, allowed)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    assert torch.allclose(compacted, want, atol=1e-5)
+
+
+def test_compact_rows_keep_each_patched_reader_and_its_row():
+    w = torch.tensor([[0., 0, 0], [1, 0, 1], [0, 0, 0], [1, 0, 1], [0, 1, 0]])
+    U, at, inv = bare.compact(w)
+    assert at.tolist() == [1, 3, 4] and len(U) == 2
+    assert torch.equal(U[inv], w[at])
+    U, at, inv = bare.compact(torch.zeros(4, 3))
+    assert len(at) == 0 and len(U) == 0
+
+
+@pytest.mark.parametrize("ablation", ["resample", "mean"])
+def test_edge_patching_written_out_equals_through_hooks(ablation):
+    ctx = context(True, ablation)
+    edges = ctx.graph.at("qkv").edges
+    got = edge_effects(ctx, edges, max_rows=5 * ctx.task.n)
+    ctx.__dict__["bare"] = None  # the cached written-out model: none, so the hooked path runs
+    want = edge_effects(ctx, edges, max_rows=5 * ctx.task.n)
+    assert max(abs(got[e] - want[e]) for e in edges) < 1e-5
+
+
+@pytest.mark.parametrize("kind", ["divergence", "logit_diff"])
+def test_acdc_metrics_score_stacked_blocks_as_each_alone(kind):
+    model = tiny_model(layers=2, heads=2, seed=4)
+    task = tiny_task(model, seed=4)
+    ctx = make_context(model, task, graph_of(model))
+    metric = acdc_metric(kind, task, ctx.forward())
+    blocks = ctx.forward() + torch.randn(3, *ctx.forward().shape, generator=torch.Generator().manual_seed(0))
+    stacked = metric(blocks)
+    assert stacked.shape == (3,)
+    assert torch.allclose(stacked, torch.stack([metric(b) for b in blocks]))
+
+
+def test_no_written_out_model_where_the_blocks_differ():
+    model = tiny_model()
+    if bare.bare_model(model) is None:
+        pytest.skip("a bridge: never written out")
+    model.cfg.act_fn = "solu"  # anything but relu and gelu runs through hooks
+    try:
+        assert bare.bare_model(model) is None
+    finally:
+        model.cfg.act_fn = "gelu"

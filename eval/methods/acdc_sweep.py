@@ -134,9 +134,9 @@ class Sweep:
                    if any(self.live_any[g][t] for t in taus)}
         with torch.no_grad():
             if self.bare is not None:
-                rows = {g: [self._rows(g, t) for t in taus] for g in weights if g[0] == "a"}
+                packed = {g: self._packed(g, tuple(taus)) for g in weights if g[0] == "a"}
                 patches = bare.Patches(start=s, resid=self.ctx.starts[s].resid, reference=self.live_ref,
-                                       weights=weights, rows=rows, qkv_offsets=qkv,
+                                       weights=weights, packed=packed, qkv_offsets=qkv,
                                        resid_offsets={bare.slot(r, self.H)[0]: o for r, o in resid.items()})
                 logits = bare.run(self.bare, patches, k, self.allowed)
             else:
@@ -149,6 +149,14 @@ class Sweep:
         if (key, t) not in self.rows_cache:
             self.rows_cache[(key, t)] = bare.compact(self.live_w[key][t])
         return self.rows_cache[(key, t)]
+
+    def _packed(self, key: GroupKey, taus: tuple[int, ...]) -> bare.Packed | None:
+        """The live weights of these τ's circuits in a head group, packed for one pass (bare.pack):
+        kept while the group's weights stay (passes from one start block mostly repeat their τ)."""
+        cache = self.pack_cache.setdefault(key, {})
+        if taus not in cache:
+            cache[taus] = bare.pack([self._rows(key, t) for t in taus], 3 * self.H)
+        return cache[taus]
 
     def _hooked(self, k: int, weights: dict[GroupKey, torch.Tensor], qkv: dict[int, torch.Tensor],
                 resid: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -181,6 +189,7 @@ class Sweep:
             self.live_w[key][t, row, self.live_at[src]] = 1.0
             self.live_any[key][t] = True
             self.rows_cache.pop((key, t), None)
+            self.pack_cache.pop(key, None)
         if order(src)[0] < self.start:  # its move is the same in every pass from here: add it once
             self._add(key, row, t, move)
 
@@ -233,6 +242,7 @@ class Sweep:
         self.live_any = {key: w.flatten(1).any(1).tolist() for key, w in self.live_w.items()}
         self.live_at = {w: i for i, w in enumerate(live)}  # a group's live writers are a prefix of live
         self.rows_cache: dict[tuple[GroupKey, int], bare.Rows] = {}
+        self.pack_cache: dict[GroupKey, dict[tuple[int, ...], bare.Packed | None]] = {}
         if self.bare is not None:  # its groups read prefixes of the live writers (bare.Patches)
             assert all(names == tuple(live[:bare.prefix(self.bare, self.start, key)]) for key, names in sources.items())
             ref = self.ctx.reference

@@ -40,6 +40,8 @@ class BareModel:
     d_head: int
     W_qkv: torch.Tensor
     """[L, 3H, d_model, d_head]: readers q0..q{H-1}, k0.., v0.. (eval.patching.hooks' order)."""
+    W_qkvT: torch.Tensor
+    """[L, 3H, d_head, d_model]: the same transposed, contiguous."""
     W_cat: torch.Tensor
     """[L, d_model, 3·H·d_head]: the same as one product for an unpatched layer."""
     b_qkv: torch.Tensor
@@ -82,7 +84,7 @@ def bare_model(model: Any) -> BareModel | None:
 
     W_qkv = torch.cat([stack(f"attn.W_{x}") for x in "QKV"], dim=1)  # [L, 3H, d, dh]
     H, dh = int(cfg.n_heads), int(cfg.d_head)
-    return BareModel(n_layers=L, n_heads=H, d_head=dh, W_qkv=W_qkv,
+    return BareModel(n_layers=L, n_heads=H, d_head=dh, W_qkv=W_qkv, W_qkvT=W_qkv.transpose(2, 3).contiguous(),
                      W_cat=W_qkv.permute(0, 2, 1, 3).reshape(L, W_qkv.shape[2], 3 * H * dh),
                      b_qkv=torch.stack([stack(f"attn.b_{x}") for x in "QKV"], dim=1),
                      W_O=stack("attn.W_O"), b_O=stack("attn.b_O"), W_in=stack("mlp.W_in"), b_in=stack("mlp.b_in"),
@@ -103,13 +105,22 @@ def key_mask(bm: BareModel, attention_mask: torch.Tensor | None, n: int, pos: in
     return allowed
 
 
+EXP_FLOOR = -80.0
+"""Scores more than this below their row's largest are raised to it before exp: exp(-80) is
+1.8e-35, nothing next to the largest term's 1, but a normal float. Below about -87 exp returns
+subnormal floats, and exp of those (and of -inf) takes the slow path: 50 times slower on this
+CPU, most of a softmax's time on real models' scores."""
+
+
 def attention(bm: BareModel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
     """z [blocks, n, H, pos, d_head] from q, k, v of that shape; `allowed` [n, 1, pos, pos].
     The softmax is written out: over 10 keys torch's own is several times slower than these
-    five elementwise kernels. A query with no key left (3.x's NaN row) gets a zero pattern."""
-    s = torch.matmul(q, k.transpose(-1, -2)).div_(bm.scale).masked_fill_(~allowed, -math.inf)
+    elementwise kernels. Left-out keys are zeroed after exp (EXP_FLOOR: never exp(-inf)); a
+    query with no key left (3.x's NaN row) gets a zero pattern."""
+    blocked = ~allowed
+    s = torch.matmul(q, k.transpose(-1, -2)).div_(bm.scale).masked_fill_(blocked, -math.inf)
     top = s.amax(-1, keepdim=True).clamp_min_(torch.finfo(s.dtype).min)
-    e = s.sub_(top).exp_()
+    e = s.sub_(top).clamp_min_(EXP_FLOOR).exp_().masked_fill_(blocked, 0.0)
     # A row with an allowed key sums to >= 1 (its largest term is exp(0)): the clamp only turns 0/0 into 0.
     return torch.matmul(e.div_(e.sum(-1, keepdim=True).clamp_min_(torch.finfo(s.dtype).tiny)), v)
 
@@ -129,32 +140,69 @@ def compact(w: torch.Tensor) -> Rows:
     return U, at, inv
 
 
-def qkv(bm: BareModel, layer: int, x: torch.Tensor, w: torch.Tensor | None, D: torch.Tensor,
-        rows: Sequence[Rows] | None = None, offset: torch.Tensor | None = None) -> torch.Tensor:
-    """Queries, keys and values [blocks, n, 3, H, pos, d_head] of residual x [blocks, n, pos, d],
-    reader r of block b reading x + Σ_s w[b, r, s] D[b, s] (w None: nothing patched; rows: w's
-    blocks compacted already, else compacted here; offset: a fixed change of them,
-    [k, n, pos, 3, H, d_head]).
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Packed:
+    """The patches of one reader group in a pass, every row block at once, where each patched
+    (block, reader) reads either a weighted sum of the live writers' differences or one of them:
 
-    The residual is projected for every reader at once (one wide product), and each block's
-    patches are summed and projected while they are in cache: the sum is [3H, n·pos·d_model],
-    3H times the residual, and reading it back from memory took longer than both products.
-    The projection runs as W^T · Δ^T, a d_head-row product: with d_head columns out (Δ · W)
-    it ran at a fifth of the rate."""
+    - sum: `rows` [k, u, writers] holds each block's distinct nonzero weight rows (zero-padded to
+      u), summed by one batched product; `src` picks each patched reader's sum among the k·u;
+    - gather (rows None): `src` picks each patched reader's one difference among the k·(live
+      writers) of the pass, times `scale` (edge patching: one edge a block)."""
+
+    rows: torch.Tensor | None
+    src: torch.Tensor | None
+    """[r] (None: the k·u sums in order are the patched readers')."""
+    dst: torch.Tensor
+    """[r]: each patched reader as block·readers + reader, blocks in order."""
+    scale: torch.Tensor | None = None
+    """[r] weights of the gathered differences (None: 1)."""
+
+
+def pack(blocks: Sequence[Rows], readers: int) -> Packed | None:
+    """The Packed sums of k blocks' compacted rows (None: nothing patched)."""
+    u = max(len(U) for U, _, _ in blocks)
+    if u == 0:
+        return None
+    k, S = len(blocks), blocks[0][0].shape[1]
+    rows = blocks[0][0].new_zeros(k, u, S)
+    src, dst = [], []
+    for b, (U, at, inv) in enumerate(blocks):
+        rows[b, :len(U)] = U
+        src.append(b * u + (inv if inv is not None else torch.arange(len(at), device=at.device)))
+        dst.append(b * readers + at)
+    src_t, dst_t = torch.cat(src), torch.cat(dst)
+    whole = len(src_t) == k * u and bool((src_t == torch.arange(k * u, device=src_t.device)).all())
+    return Packed(rows=rows, src=None if whole else src_t, dst=dst_t)
+
+
+def _deltas(pk: Packed, D: torch.Tensor, nd: int) -> torch.Tensor:
+    """[r, n·pos·d_model]: each patched reader's summed patch (Packed)."""
+    if pk.rows is None:
+        delta = D.view(-1, nd).index_select(0, pk.src)
+        return delta if pk.scale is None else delta * pk.scale[:, None]
+    delta = torch.bmm(pk.rows, D[:, :pk.rows.shape[2]]).view(-1, nd)
+    return delta if pk.src is None else delta.index_select(0, pk.src)
+
+
+def qkv(bm: BareModel, layer: int, x: torch.Tensor, D: torch.Tensor, pk: Packed | None,
+        offset: torch.Tensor | None = None) -> torch.Tensor:
+    """Queries, keys and values [blocks, n, 3, H, pos, d_head] of residual x [blocks, n, pos, d],
+    each patched reader (pk: its group's patches) reading x + its patch; offset: a fixed change of
+    them, [k, n, pos, 3, H, d_head].
+
+    The residual is projected for every reader at once (one wide product) and only the patches
+    are projected reader by reader, as W^T · Δ^T, a d_head-row product: with d_head columns out
+    (Δ · W) it ran at a fifth of the rate."""
     kb, n, p, d = x.shape
     H, dh = bm.n_heads, bm.d_head
     out = (x.reshape(-1, d) @ bm.W_cat[layer]).view(kb, n, p, 3 * H, dh)
-    if w is not None:
-        WT = bm.W_qkv[layer].transpose(1, 2)  # [3H, d_head, d_model]
-        for b, (U, at, inv) in enumerate(rows if rows is not None else (compact(wb) for wb in w)):
-            if len(at) == 0:
-                continue
-            # One sum per distinct row, then each patched reader projects its own (W^T·Δ^T).
-            delta = torch.mm(U, D[b, :U.shape[1]]).view(len(U), n * p, d)
-            if inv is not None:
-                delta = delta.index_select(0, inv)
-            proj = torch.bmm(WT.index_select(0, at), delta.transpose(1, 2)).view(len(at), dh, n, p)
-            out[b].index_add_(2, at, proj.permute(2, 3, 0, 1))
+    if pk is not None:
+        delta = _deltas(pk, D, n * p * d).view(-1, n * p, d)
+        WT = bm.W_qkvT[layer].index_select(0, pk.dst % (3 * H))  # [r, d_head, d_model]
+        proj = torch.bmm(WT, delta.transpose(1, 2))  # [r, d_head, n·pos]
+        P = proj.new_zeros(kb * 3 * H, dh, n * p).index_add_(0, pk.dst, proj)  # add: a set may patch a reader twice
+        out += P.view(kb, 3 * H, dh, n, p).permute(0, 3, 4, 1, 2)
     out = out.view(kb, n, p, 3, H, dh)
     if offset is not None:  # [k, n, pos, 3, H, d_head]: the same layout
         out += offset
@@ -183,8 +231,9 @@ class Patches:
     """[live writers, n, pos, d_model]: what each live writer is patched towards."""
     weights: dict[GroupKey, torch.Tensor]
     """Group -> [k, readers, its prefix of live writers] (0/1 or any weight); groups left out patch nothing."""
-    rows: dict[GroupKey, Sequence[Rows]] = dataclasses.field(default_factory=dict)
-    """Group ("a", l) -> its weights per block compacted (`compact`), where the caller keeps them."""
+    packed: dict[GroupKey, Packed | None] = dataclasses.field(default_factory=dict)
+    """Group -> its weights packed already (`pack`; None: nothing patched), where the caller
+    keeps them; other groups of `weights` are packed here."""
     qkv_offsets: dict[int, torch.Tensor]
     """Layer -> fixed change of its q/k/v [k, n, pos, 3, H, d_head] (eval.patching.edge_groups.Offsets' layout)."""
     resid_offsets: dict[GroupKey, torch.Tensor]
@@ -200,8 +249,21 @@ def prefix(bm: BareModel, start: int, key: GroupKey) -> int:
     return (layer - start) * per + (bm.n_heads if kind == "m" else 0)
 
 
+def _packed(p: Patches, key: GroupKey, readers: int) -> Packed | None:
+    """A group's Packed patches: the caller's, or its weights packed block by block."""
+    if key in p.packed:
+        return p.packed[key]
+    w = p.weights.get(key)
+    return None if w is None else pack([compact(wb) for wb in w], readers)
+
+
 def _sum(p: Patches, key: GroupKey, D: torch.Tensor) -> torch.Tensor | None:
-    """Σ_s w[r, s] D_s for a group [k, readers, n·pos·d] (None: nothing patched into it)."""
+    """A residual reader's patches [k, n·pos·d] (None: nothing patched into it). One reader per
+    block: its weight rows as they are ([k, 1, writers]) unless packed for gathering."""
+    pk = p.packed.get(key)
+    if pk is not None and pk.rows is None:
+        k, nd = D.shape[0], D.shape[2]
+        return D.new_zeros(k, nd).index_add_(0, pk.dst, _deltas(pk, D, nd))
     w = p.weights.get(key)
     if w is None:
         return None
@@ -218,8 +280,7 @@ def run(bm: BareModel, p: Patches, k: int, allowed: torch.Tensor) -> torch.Tenso
     ref = p.reference.view(1, S, n * pos * d)
     for layer in range(p.start, bm.n_layers):
         j = (layer - p.start) * per
-        q, kk, v = qkv(bm, layer, x, p.weights.get(("a", layer)), D, p.rows.get(("a", layer)),
-                       p.qkv_offsets.get(layer)).unbind(2)  # each [k, n, H, pos, dh]
+        q, kk, v = qkv(bm, layer, x, D, _packed(p, ("a", layer), 3 * H), p.qkv_offsets.get(layer)).unbind(2)
         z = attention(bm, q, kk, v, allowed)
         x = x + _heads(bm, layer, z, ref[0, j:j + H], D[:, j:j + H]).view(k, n, pos, d)
         m_in = _input(p, ("m", layer), x, D)
@@ -276,23 +337,24 @@ def edge_patches(bm: BareModel, start: Any, reference: Mapping[str, torch.Tensor
                  sets: Sequence[Mapping[tuple[str, str], float]]) -> Patches:
     """The Patches of k = len(sets) row blocks from the clean state `start` (eval.patching.hooks.Start),
     block i patching the q/k/v-level edges of sets[i] with their weights towards `reference`.
-    An edge from a writer before the start moves its reader by the same amount in every pass
-    (reference - clean): that goes in as an offset, through W_Q/K/V for a head's input."""
+    An edge from a live writer gathers that writer's difference into its reader (Packed without
+    rows: edge patching has one edge a block, no sums). An edge from a writer before the start
+    moves its reader by the same amount in every pass (reference - clean): that goes in as an
+    offset, through W_Q/K/V for a head's input."""
     s, k = start.layer, len(sets)
     resid = start.resid
     n, pos, d = resid.shape
     live = live_writers(bm, s)
     at = {w: i for i, w in enumerate(live)}
-    weights: dict[GroupKey, torch.Tensor] = {}
+    gathered: dict[GroupKey, list[tuple[int, int, float]]] = {}
     qkv_off: dict[int, torch.Tensor] = {}
     resid_off: dict[GroupKey, torch.Tensor] = {}
     for b, patch in enumerate(sets):
         for (src, reader), wt in patch.items():
             key, row = slot(reader, bm.n_heads)
             if src in at:
-                if key not in weights:
-                    weights[key] = resid.new_zeros(k, 3 * bm.n_heads if key[0] == "a" else 1, prefix(bm, s, key))
-                weights[key][b, row, at[src]] += float(wt)
+                readers = 3 * bm.n_heads if key[0] == "a" else 1
+                gathered.setdefault(key, []).append((b * len(live) + at[src], b * readers + row, float(wt)))
                 continue
             move = float(wt) * (reference[src] - start.outputs[src]).expand(n, pos, d)
             if key[0] == "a":
@@ -300,6 +362,10 @@ def edge_patches(bm: BareModel, start: Any, reference: Mapping[str, torch.Tensor
                 off[b, :, :, row] += move @ bm.W_qkv[key[1], row]
             else:
                 resid_off.setdefault(key, resid.new_zeros(k, n, pos, d))[b] += move
+    packed = {}
+    for key, entries in gathered.items():
+        src, dst, wts = (torch.tensor(x, device=resid.device) for x in zip(*entries))
+        packed[key] = Packed(rows=None, src=src, dst=dst, scale=None if bool((wts == 1).all()) else wts.to(resid.dtype))
     ref = torch.stack([reference[w].expand(n, pos, d) for w in live])
-    return Patches(start=s, resid=resid, reference=ref, weights=weights, resid_offsets=resid_off,
+    return Patches(start=s, resid=resid, reference=ref, weights={}, packed=packed, resid_offsets=resid_off,
                    qkv_offsets={l: o.view(k, n, pos, 3, bm.n_heads, bm.d_head) for l, o in qkv_off.items()})

@@ -59,8 +59,9 @@ def test_a_written_out_pass_equals_the_hooked_pass(causal, start):
                                start=ctx.starts[start], **hooked).logits
         got = bare.run(ctx.bare, patches, k, allowed)
         # the group rows compacted by the caller (as the ACDC sweep keeps them) give the same
-        rows = {key: [bare.compact(w[b]) for b in range(k)] for key, w in patches.weights.items() if key[0] == "a"}
-        compacted = bare.run(ctx.bare, bare.Patches(**{**patches.__dict__, "rows": rows}), k, allowed)
+        packed = {key: bare.pack([bare.compact(w[b]) for b in range(k)], w.shape[1])
+                  for key, w in patches.weights.items() if key[0] == "a"}
+        compacted = bare.run(ctx.bare, bare.Patches(**{**patches.__dict__, "packed": packed}), k, allowed)
     assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
     assert torch.allclose(compacted, want, atol=1e-5)
 
@@ -105,3 +106,20 @@ def test_no_written_out_model_where_the_blocks_differ():
         assert bare.bare_model(model) is None
     finally:
         model.cfg.act_fn = "gelu"
+
+
+def test_sets_of_weighted_edges_written_out_equal_through_hooks():
+    """Patch sets of several edges, weights other than 1, two edges into one reader."""
+    from eval.methods.edge_patching import behaviour_metric, patched_metrics
+
+    ctx = context(True)
+    edges = sorted(ctx.graph.at("qkv").edges)
+    gen = torch.Generator().manual_seed(5)
+    sets = [{edges[int(i)]: float(w) for i, w in zip(torch.randint(0, len(edges), (3,), generator=gen),
+                                                      torch.rand(3, generator=gen))} for _ in range(7)]
+    sets.append({e: 0.5 for e in edges if e[1] == "logits"})  # every edge into one reader
+    metric = behaviour_metric(ctx.task)
+    got = patched_metrics(ctx, sets, metric, max_rows=3 * ctx.task.n)
+    ctx.__dict__["bare"] = None
+    want = patched_metrics(ctx, sets, metric, max_rows=3 * ctx.task.n)
+    assert torch.allclose(got, want, atol=1e-5)

@@ -93,18 +93,9 @@ def bare_model(model: Any) -> BareModel | None:
                      causal=cfg.attention_dir == "causal", scale=float(cfg.attn_scale), unembed=model.unembed)
 
 
-def key_mask(bm: BareModel, attention_mask: torch.Tensor | None, n: int, pos: int, device: torch.device) -> torch.Tensor:
-    """[n, 1, pos, pos] bool: which keys each query attends to, as TransformerLens 3.x masks them
-    (causal, and padded keys of a [n, pos] 0/1 attention mask left out)."""
-    allowed = torch.ones(pos, pos, dtype=torch.bool, device=device)
-    if bm.causal:
-        allowed = allowed.tril()
-    allowed = allowed.expand(n, 1, pos, pos)
-    if attention_mask is not None and bm.causal:  # 3.x masks padded keys only under causal attention
-        allowed = allowed & attention_mask.bool().view(n, 1, 1, pos)
-    return allowed
-
-
+MASKED = -1e30
+"""Added to the score of a key a query may not see: exp(MASKED - top) is exp(EXP_FLOOR) after the
+clamp, 1.8e-35 next to the row's largest term 1, so it weighs nothing a float can show."""
 EXP_FLOOR = -80.0
 """Scores more than this below their row's largest are raised to it before exp: exp(-80) is
 1.8e-35, nothing next to the largest term's 1, but a normal float. Below about -87 exp returns
@@ -112,11 +103,56 @@ subnormal floats, and exp of those (and of -inf) takes the slow path: 50 times s
 CPU, most of a softmax's time on real models' scores."""
 
 
-def attention(bm: BareModel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor) -> torch.Tensor:
-    """z [blocks, n, H, pos, d_head] from q, k, v of that shape; `allowed` [n, 1, pos, pos].
-    The softmax is written out: over 10 keys torch's own is several times slower than these
-    elementwise kernels. Left-out keys are zeroed after exp (EXP_FLOOR: never exp(-inf)); a
-    query with no key left (3.x's NaN row) gets a zero pattern."""
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class KeyMask:
+    """Which keys each query attends to, as TransformerLens 3.x masks them, for the passes of one
+    task: causal, and padded keys of a [n, pos] 0/1 attention mask left out."""
+
+    allowed: torch.Tensor
+    """[n, 1, pos, pos] bool."""
+    every_query_sees_a_key: bool
+    """False where some query sees none (3.x gives it a zero pattern): the pass then masks with
+    -inf and zeroes after exp, the slower way."""
+    bias: dict[tuple[int, int], torch.Tensor] = dataclasses.field(default_factory=dict)
+    """(blocks, heads) -> the additive mask [blocks·n·heads, pos, pos] (0 or MASKED), made once."""
+
+    def additive(self, k: int, H: int) -> torch.Tensor:
+        if (k, H) not in self.bias:
+            n, _, p, _ = self.allowed.shape
+            add = torch.zeros(n, 1, p, p, device=self.allowed.device).masked_fill_(~self.allowed, MASKED)
+            self.bias[(k, H)] = add.expand(k, n, H, p, p).reshape(k * n * H, p, p)
+        return self.bias[(k, H)]
+
+
+def key_mask(bm: BareModel, attention_mask: torch.Tensor | None, n: int, pos: int, device: torch.device) -> KeyMask:
+    """The KeyMask of a task's attention mask [n, pos] (None: no padding)."""
+    allowed = torch.ones(pos, pos, dtype=torch.bool, device=device)
+    if bm.causal:
+        allowed = allowed.tril()
+    allowed = allowed.expand(n, 1, pos, pos)
+    if attention_mask is not None and bm.causal:  # 3.x masks padded keys only under causal attention
+        allowed = allowed & attention_mask.bool().view(n, 1, 1, pos)
+    return KeyMask(allowed=allowed, every_query_sees_a_key=bool(allowed.any(-1).all()))
+
+
+def attention(bm: BareModel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: KeyMask) -> torch.Tensor:
+    """z [blocks, n, H, pos, d_head] from q, k, v of that shape. The softmax is written out: over
+    10 keys torch's own is several times slower than these elementwise kernels, and each kernel
+    call costs about as much as its arithmetic here, so there are few: the scale and the mask
+    go in with the product (baddbmm), and exp never sees -inf or a subnormal (EXP_FLOOR)."""
+    kb, n, H, pos, dh = q.shape
+    if not mask.every_query_sees_a_key:
+        return _attention_exact(bm, q, k, v, mask.allowed)
+    s = torch.baddbmm(mask.additive(kb, H), q.reshape(-1, pos, dh), k.reshape(-1, pos, dh).transpose(1, 2),
+                      alpha=1.0 / bm.scale)
+    e = (s - s.amax(-1, keepdim=True)).clamp_min_(EXP_FLOOR).exp_()
+    return torch.bmm(e.div_(e.sum(-1, keepdim=True)), v.reshape(-1, pos, dh)).view(kb, n, H, pos, dh)
+
+
+def _attention_exact(bm: BareModel, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor,
+                     allowed: torch.Tensor) -> torch.Tensor:
+    """attention where some query sees no key: left-out keys zeroed after exp, such a query's
+    pattern all zero."""
     blocked = ~allowed
     s = torch.matmul(q, k.transpose(-1, -2)).div_(bm.scale).masked_fill_(blocked, -math.inf)
     top = s.amax(-1, keepdim=True).clamp_min_(torch.finfo(s.dtype).min)
@@ -196,7 +232,7 @@ def qkv(bm: BareModel, layer: int, x: torch.Tensor, D: torch.Tensor, pk: Packed 
     (Δ · W) it ran at a fifth of the rate."""
     kb, n, p, d = x.shape
     H, dh = bm.n_heads, bm.d_head
-    out = (x.reshape(-1, d) @ bm.W_cat[layer]).view(kb, n, p, 3 * H, dh)
+    out = torch.addmm(bm.b_qkv[layer].view(-1), x.reshape(-1, d), bm.W_cat[layer]).view(kb, n, p, 3 * H, dh)
     if pk is not None:
         delta = _deltas(pk, D, n * p * d).view(-1, n * p, d)
         WT = bm.W_qkvT[layer].index_select(0, pk.dst % (3 * H))  # [r, d_head, d_model]
@@ -206,7 +242,7 @@ def qkv(bm: BareModel, layer: int, x: torch.Tensor, D: torch.Tensor, pk: Packed 
     out = out.view(kb, n, p, 3, H, dh)
     if offset is not None:  # [k, n, pos, 3, H, d_head]: the same layout
         out += offset
-    return (out + bm.b_qkv[layer].view(1, 1, 1, 3, H, dh)).permute(0, 1, 3, 4, 2, 5)
+    return out.permute(0, 1, 3, 4, 2, 5)
 
 
 ENTRIES = ("run",)
@@ -270,7 +306,7 @@ def _sum(p: Patches, key: GroupKey, D: torch.Tensor) -> torch.Tensor | None:
     return torch.bmm(w, D[:, :w.shape[2]])
 
 
-def run(bm: BareModel, p: Patches, k: int, allowed: torch.Tensor) -> torch.Tensor:
+def run(bm: BareModel, p: Patches, k: int, allowed: KeyMask) -> torch.Tensor:
     """Logits [k·n, pos, d_vocab_out] of k row blocks patched as `p` says, from block p.start."""
     n, pos, d = p.resid.shape
     H, per = bm.n_heads, bm.n_heads + 1
@@ -284,7 +320,8 @@ def run(bm: BareModel, p: Patches, k: int, allowed: torch.Tensor) -> torch.Tenso
         z = attention(bm, q, kk, v, allowed)
         x = x + _heads(bm, layer, z, ref[0, j:j + H], D[:, j:j + H]).view(k, n, pos, d)
         m_in = _input(p, ("m", layer), x, D)
-        out = bm.act(m_in.view(-1, d) @ bm.W_in[layer] + bm.b_in[layer]) @ bm.W_out[layer] + bm.b_out[layer]
+        out = torch.addmm(bm.b_out[layer], bm.act(torch.addmm(bm.b_in[layer], m_in.view(-1, d), bm.W_in[layer])),
+                          bm.W_out[layer])
         torch.sub(ref[:, j + H], out.view(k, -1), out=D[:, j + H])
         x = x + out.view(k, n, pos, d)
     return bm.unembed(_input(p, ("logits", 0), x, D).view(k * n, pos, d))

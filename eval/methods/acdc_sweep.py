@@ -130,11 +130,12 @@ class Sweep:
         else:
             r = _resid_reader(key)
             resid[r] = resid.get(r, self.off_resid[r].new_zeros(k, *self.off_resid[r].shape[1:])) + move
-        weights = {g: w.index_select(0, idx) for g, w in self.live_w.items()
-                   if any(self.live_any[g][t] for t in taus)}
+        used = [g for g in self.live_w if any(self.live_any[g][t] for t in taus)]
+        # Written out, head groups come packed (cached): only the residual readers' rows are picked.
+        weights = {g: self.live_w[g].index_select(0, idx) for g in used if self.bare is None or g[0] != "a"}
         with torch.no_grad():
             if self.bare is not None:
-                packed = {g: self._packed(g, tuple(taus)) for g in weights if g[0] == "a"}
+                packed = {g: self._packed(g, tuple(taus)) for g in used if g[0] == "a"}
                 patches = bare.Patches(start=s, resid=self.ctx.starts[s].resid, reference=self.live_ref,
                                        weights=weights, packed=packed, qkv_offsets=qkv,
                                        resid_offsets={bare.slot(r, self.H)[0]: o for r, o in resid.items()})
@@ -239,7 +240,7 @@ class Sweep:
         # _remove: a pass selects its τ's rows instead of gathering them from rem every time.
         self.live_w = {key: self.rem[key].index_select(2, torch.tensor([self.col[w] for w in names], device=dev))
                        for key, names in sources.items()}
-        self.live_any = {key: w.flatten(1).any(1).tolist() for key, w in self.live_w.items()}
+        self.live_any = {key: w.flatten(1).any(1).cpu().tolist() for key, w in self.live_w.items()}
         self.live_at = {w: i for i, w in enumerate(live)}  # a group's live writers are a prefix of live
         self.rows_cache: dict[tuple[GroupKey, int], bare.Rows] = {}
         self.pack_cache: dict[GroupKey, dict[tuple[int, ...], bare.Packed | None]] = {}
@@ -247,7 +248,7 @@ class Sweep:
             assert all(names == tuple(live[:bare.prefix(self.bare, self.start, key)]) for key, names in sources.items())
             ref = self.ctx.reference
             self.live_ref = torch.stack([ref[w].expand(self.D.shape[1:]) for w in live])
-        return GroupLayout.make(sources, self.L)
+        return GroupLayout.make(sources, self.L, device=dev)
 
 
 def _resid_reader(key: GroupKey) -> str:

@@ -100,8 +100,8 @@ def repeat_rows(x: torch.Tensor, k: int) -> torch.Tensor:
     return x.repeat(k, *([1] * (x.dim() - 1))) if k > 1 else x
 
 
-def block_weight(k: int, n: int, values: Iterable[float], device: torch.device) -> torch.Tensor:
-    """A per-row weight [k·n] that is values[i] on the rows of block i."""
+def block_weight(k: int, n: int, values: Iterable[float], device: torch.device | None = None) -> torch.Tensor:
+    """A per-row weight [k·n] that is values[i] on the rows of block i (on `device`: the model's)."""
     return torch.tensor(list(values), dtype=torch.float32, device=device).repeat_interleave(n)
 
 
@@ -255,7 +255,7 @@ def _attribution(model: Any, task: TaskData, graph: ComputationGraph, ablation: 
     row = {s: i for i, s in enumerate(sources)}
     blocks: list[tuple[Sequence[str], dict[str, float]]] = [
         (group, {u: 1.0 - k / steps for u in patched(group)}) for group in groups for k in range(steps, 0, -1)]
-    scores = torch.zeros(len(sources), len(dsts), device=task.tokens.device)
+    scores = torch.zeros(len(sources), len(dsts), device=device_of(task.tokens))
     diff: dict[str, torch.Tensor] = {}
     n = task.n
     # Every reader's input and its gradient are held per row: cap the rows by GRAD_FLOATS as well.
@@ -266,7 +266,7 @@ def _attribution(model: Any, task: TaskData, graph: ComputationGraph, ablation: 
         chunk = blocks[start:start + per]
         k = len(chunk)
         names = sorted({u for _, b in chunk for u in b})
-        nodes = {u: block_weight(k, n, (b.get(u, 0.0) for _, b in chunk), task.tokens.device) for u in names}
+        nodes = {u: block_weight(k, n, (b.get(u, 0.0) for _, b in chunk), device_of(task.tokens)) for u in names}
         reference = {u: repeat_rows(ctx.reference[u], k) for u in names}
         run = ctx.adapter.run(repeat_rows(task.tokens, k), repeat_rows(task.mask, k), reference=reference,
                               nodes=nodes, read_inputs=dsts, read_outputs=() if diff else sources, grad=True)

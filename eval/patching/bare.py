@@ -20,15 +20,24 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from eval.core import tlens
-from eval.core.circuit import head_node, mlp_node, parse_node
-
-QKV = ("q", "k", "v")
+from eval.patching.bare_patches import (  # noqa: F401 (public here)
+    GroupKey,
+    Packed,
+    Patches,
+    Rows,
+    compact,
+    edge_patches,
+    live_writers,
+    pack,
+    prefix,
+    slot,
+)
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -161,57 +170,6 @@ def _attention_exact(bm: BareModel, q: torch.Tensor, k: torch.Tensor, v: torch.T
     return torch.matmul(e.div_(e.sum(-1, keepdim=True).clamp_min_(torch.finfo(s.dtype).tiny)), v)
 
 
-Rows = tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]
-"""A block's weights of one reader group, compacted: (its distinct nonzero rows [u, writers], the
-readers with a patch [r], which distinct row each reads [r], None when they are the same)."""
-
-
-def compact(w: torch.Tensor) -> Rows:
-    """One block's [readers, writers] weights as Rows. ACDC's 0/1 rows repeat: at 8x8 a block's
-    3H readers of a layer hold about 19 nonzero rows and 9 distinct ones."""
-    at = w.any(1).nonzero().flatten()
-    if len(at) == 0:
-        return w[:0], at, None
-    U, inv = torch.unique(w.index_select(0, at), dim=0, return_inverse=True)
-    return U, at, inv
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Packed:
-    """The patches of one reader group in a pass, every row block at once, where each patched
-    (block, reader) reads either a weighted sum of the live writers' differences or one of them:
-
-    - sum: `rows` [k, u, writers] holds each block's distinct nonzero weight rows (zero-padded to
-      u), summed by one batched product; `src` picks each patched reader's sum among the k·u;
-    - gather (rows None): `src` picks each patched reader's one difference among the k·(live
-      writers) of the pass, times `scale` (edge patching: one edge a block)."""
-
-    rows: torch.Tensor | None
-    src: torch.Tensor | None
-    """[r] (None: the k·u sums in order are the patched readers')."""
-    dst: torch.Tensor
-    """[r]: each patched reader as block·readers + reader, blocks in order."""
-    scale: torch.Tensor | None = None
-    """[r] weights of the gathered differences (None: 1)."""
-
-
-def pack(blocks: Sequence[Rows], readers: int) -> Packed | None:
-    """The Packed sums of k blocks' compacted rows (None: nothing patched)."""
-    u = max(len(U) for U, _, _ in blocks)
-    if u == 0:
-        return None
-    k, S = len(blocks), blocks[0][0].shape[1]
-    rows = blocks[0][0].new_zeros(k, u, S)
-    src, dst = [], []
-    for b, (U, at, inv) in enumerate(blocks):
-        rows[b, :len(U)] = U
-        src.append(b * u + (inv if inv is not None else torch.arange(len(at), device=at.device)))
-        dst.append(b * readers + at)
-    src_t, dst_t = torch.cat(src), torch.cat(dst)
-    whole = len(src_t) == k * u and bool((src_t == torch.arange(k * u, device=src_t.device)).all())
-    return Packed(rows=rows, src=None if whole else src_t, dst=dst_t)
-
-
 def _deltas(pk: Packed, D: torch.Tensor, nd: int) -> torch.Tensor:
     """[r, n·pos·d_model]: each patched reader's summed patch (Packed)."""
     if pk.rows is None:
@@ -247,43 +205,6 @@ def qkv(bm: BareModel, layer: int, x: torch.Tensor, D: torch.Tensor, pk: Packed 
 
 ENTRIES = ("run",)
 """The functions that run a written-out pass (benchmarks wrap them to count its rows and blocks)."""
-
-GroupKey = tuple[str, int]
-"""As eval.patching.edge_groups.GroupKey: ("a", l) layer l's q/k/v readers, ("m", l), ("logits", 0)."""
-
-
-@dataclasses.dataclass(frozen=True, kw_only=True)
-class Patches:
-    """The edge patches of one written-out pass from block `start`, k row blocks of n rows.
-
-    Live writers are those the pass recomputes, forward order: block start's heads, its MLP, the
-    next block's heads, ... A group's weights have one column per live writer that feeds it, which
-    is always a prefix of that order (earlier blocks, and for an MLP its own heads too)."""
-
-    start: int
-    resid: torch.Tensor
-    """The clean resid_pre of block `start` [n, pos, d_model]."""
-    reference: torch.Tensor
-    """[live writers, n, pos, d_model]: what each live writer is patched towards."""
-    weights: dict[GroupKey, torch.Tensor]
-    """Group -> [k, readers, its prefix of live writers] (0/1 or any weight); groups left out patch nothing."""
-    packed: dict[GroupKey, Packed | None] = dataclasses.field(default_factory=dict)
-    """Group -> its weights packed already (`pack`; None: nothing patched), where the caller
-    keeps them; other groups of `weights` are packed here."""
-    qkv_offsets: dict[int, torch.Tensor]
-    """Layer -> fixed change of its q/k/v [k, n, pos, 3, H, d_head] (eval.patching.edge_groups.Offsets' layout)."""
-    resid_offsets: dict[GroupKey, torch.Tensor]
-    """("m", l) or ("logits", 0) -> fixed change of that reader's input [k, n, pos, d_model]."""
-
-
-def prefix(bm: BareModel, start: int, key: GroupKey) -> int:
-    """How many live writers (from block `start`) feed a reader group."""
-    kind, layer = key
-    per = bm.n_heads + 1
-    if kind == "logits":
-        return (bm.n_layers - start) * per
-    return (layer - start) * per + (bm.n_heads if kind == "m" else 0)
-
 
 def _packed(p: Patches, key: GroupKey, readers: int) -> Packed | None:
     """A group's Packed patches: the caller's, or its weights packed block by block."""
@@ -351,58 +272,3 @@ def _input(p: Patches, key: GroupKey, x: torch.Tensor, D: torch.Tensor) -> torch
     if key in p.resid_offsets:
         x = x + p.resid_offsets[key]
     return x
-
-
-def slot(reader: str, n_heads: int) -> tuple[GroupKey, int]:
-    """A q/k/v-level reader's group and its row in the group's weights (q0..q{H-1}, k0.., v0..)."""
-    node = parse_node(reader)
-    if node.kind == "logits":
-        return ("logits", 0), 0
-    if node.kind == "mlp":
-        return ("m", node.layer), 0
-    if node.qkv is None:
-        raise ValueError(f"{reader!r} is a whole head: give its q, k and v inputs")
-    return ("a", node.layer), QKV.index(node.qkv) * n_heads + node.head
-
-
-def live_writers(bm: BareModel, start: int) -> list[str]:
-    """The writers a pass from block `start` recomputes, in the order Patches lays them out."""
-    return [w for l in range(start, bm.n_layers) for w in (*(head_node(l, h) for h in range(bm.n_heads)), mlp_node(l))]
-
-
-def edge_patches(bm: BareModel, start: Any, reference: Mapping[str, torch.Tensor],
-                 sets: Sequence[Mapping[tuple[str, str], float]]) -> Patches:
-    """The Patches of k = len(sets) row blocks from the clean state `start` (eval.patching.hooks.Start),
-    block i patching the q/k/v-level edges of sets[i] with their weights towards `reference`.
-    An edge from a live writer gathers that writer's difference into its reader (Packed without
-    rows: edge patching has one edge a block, no sums). An edge from a writer before the start
-    moves its reader by the same amount in every pass (reference - clean): that goes in as an
-    offset, through W_Q/K/V for a head's input."""
-    s, k = start.layer, len(sets)
-    resid = start.resid
-    n, pos, d = resid.shape
-    live = live_writers(bm, s)
-    at = {w: i for i, w in enumerate(live)}
-    gathered: dict[GroupKey, list[tuple[int, int, float]]] = {}
-    qkv_off: dict[int, torch.Tensor] = {}
-    resid_off: dict[GroupKey, torch.Tensor] = {}
-    for b, patch in enumerate(sets):
-        for (src, reader), wt in patch.items():
-            key, row = slot(reader, bm.n_heads)
-            if src in at:
-                readers = 3 * bm.n_heads if key[0] == "a" else 1
-                gathered.setdefault(key, []).append((b * len(live) + at[src], b * readers + row, float(wt)))
-                continue
-            move = float(wt) * (reference[src] - start.outputs[src]).expand(n, pos, d)
-            if key[0] == "a":
-                off = qkv_off.setdefault(key[1], resid.new_zeros(k, n, pos, 3 * bm.n_heads, bm.d_head))
-                off[b, :, :, row] += move @ bm.W_qkv[key[1], row]
-            else:
-                resid_off.setdefault(key, resid.new_zeros(k, n, pos, d))[b] += move
-    packed = {}
-    for key, entries in gathered.items():
-        src, dst, wts = (torch.tensor(x, device=resid.device) for x in zip(*entries))
-        packed[key] = Packed(rows=None, src=src, dst=dst, scale=None if bool((wts == 1).all()) else wts.to(resid.dtype))
-    ref = torch.stack([reference[w].expand(n, pos, d) for w in live])
-    return Patches(start=s, resid=resid, reference=ref, weights={}, packed=packed, resid_offsets=resid_off,
-                   qkv_offsets={l: o.view(k, n, pos, 3, bm.n_heads, bm.d_head) for l, o in qkv_off.items()})

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_edge_methods import tiny_model, tiny_task
 
 from eval.core.graph import graph_of
 from eval.methods.acdc import acdc_metric
@@ -13,7 +14,6 @@ from eval.methods.edge_patching import edge_effects
 from eval.patching import bare
 from eval.patching.ablation import make_context
 from eval.patching.hooks import GroupLayout, GroupWeights, Offsets
-from test_edge_methods import tiny_model, tiny_task
 
 
 def context(causal: bool = True, ablation: str = "resample"):
@@ -42,7 +42,7 @@ def random_patches(ctx, start: int, k: int, gen: torch.Generator) -> tuple[bare.
                            reference=torch.stack([ctx.reference[w].expand(n, pos, d) for w in live]))
     hooked = {"groups": GroupWeights(layout=GroupLayout.make(sources, bm.n_layers), weights=weights),
               "offsets": Offsets(qkv={l: o.flatten(0, 1) for l, o in qkv.items()},
-                                 resid={"m%d" % start: resid[("m", start)].flatten(0, 1),
+                                 resid={f"m{start}": resid[("m", start)].flatten(0, 1),
                                         "logits": resid[("logits", 0)].flatten(0, 1)})}
     return patches, hooked, sources
 

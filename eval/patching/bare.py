@@ -2,12 +2,13 @@
 ACDC and batched edge patching: no TransformerLens hook points on the hot path.
 
 Why: those methods run 10^4 small passes (rows of 10 positions, d_model 32-96) that each start at
-some block from the clean state. Through TransformerLens a block runs at a fifth of the rate the
-same arithmetic runs at written out (hook-point calls, einops rearranges, a softmax over 10 keys
-slower than its exp and sums), and patching q/k/v through hooks projects the residual and the
-patch separately. Here a reader group's patched inputs are projected once (`qkv`): the residual
-plus each reader's summed patch through that reader's W_Q, W_K or W_V, the arithmetic of an
-unpatched pass.
+some block from the clean state, where each kernel call costs about as much as its arithmetic.
+Through TransformerLens a block ran at a fifth of the rate of the same arithmetic written out
+(hook-point calls, einops rearranges, torch's softmax over 10 keys). Here a pass is few, wide
+kernels: the residual projected for every q/k/v reader at once, only patched readers' sums
+projected on their own (`qkv`), the differences reference - current that later readers sum
+written straight out of the head products (`_heads`), a softmax without exp of -inf or of
+subnormals (`attention`).
 
 Only 3.x HookedTransformers without LayerNorm, with standard attention and a relu or gelu MLP
 (what eval.core.model_config allows) are written out (`bare_model` is None otherwise, and callers
@@ -74,7 +75,9 @@ def bare_model(model: Any) -> BareModel | None:
     """The written-out form of a zoo-shaped 3.x HookedTransformer, or None where its blocks do
     something this module does not write out (a bridge, LayerNorm, other attention or MLPs)."""
     cfg = getattr(model, "cfg", None)
-    if cfg is None or tlens.is_bridge(model) or not hasattr(model, "blocks"):
+    # TransformerLens' own HookedTransformer only: a bridge, or siit's Transformer (which eval also
+    # runs through hooks), keeps the hooked path.
+    if cfg is None or not type(model).__module__.startswith("transformer_lens.") or tlens.is_bridge(model):
         return None
     plain = (cfg.normalization_type is None and cfg.act_fn in ("relu", "gelu") and not cfg.attn_only
              and cfg.attention_dir in ("causal", "bidirectional") and cfg.positional_embedding_type == "standard"

@@ -127,9 +127,8 @@ def test_sets_of_weighted_edges_written_out_equal_through_hooks():
 
 def test_no_written_out_model_for_siits_own_transformer():
     """eval also runs siit's Transformer (its cfg a namespace, its unembedding no module): through hooks."""
-    from siit.transformer import Transformer
-
     from eval.core.tlens import hooked_config
+    from siit.transformer import Transformer
 
     config = hooked_config(n_layers=1, d_model=8, n_heads=2, d_head=4, d_mlp=16, d_vocab=7, d_vocab_out=5,
                            n_ctx=6, causal=True, act_fn="gelu")

@@ -5,10 +5,14 @@ take: how close each is to the floor a CPU sets, and what that floor is on a 12x
         [--threads 1] [--out floor.json]
 
 On the random models of bench_edge_methods.py, each block of the model counts the rows it runs
-(a forward hook on every block): a block run on r rows of p positions is r·block_flops(...) of
+(a forward hook on every block; passes written out by eval.patching.bare, which run no block
+module, are counted at its entry points): a block run on r rows of p positions is r·block_flops(...) of
 arithmetic (bench_pass_rows.block_flops: the q/k/v/o and MLP products and attention, 2 per
 multiply-add). Measured per size:
 
+- every method: its floor, the arithmetic at the rate a bare block runs at on a pass's rows
+  (`block_rate`, measured right after the method: the machine is shared, so the load it ran
+  under is the method's), `floor_ratio` its CPU time over that, and the load average;
 - `acdc`: its passes, rows per pass (n per distinct τ circuit), blocks per pass, the arithmetic,
   and the rate it runs at (arithmetic / CPU time);
 - `edge_patching` (batched, from each edge's reader block on) and `edge_patching_loop` (one full
@@ -23,7 +27,7 @@ circuits per pass of the largest measured size: the arithmetic of exact ACDC at 
 and n. It is divided by two rates measured here for that model's shapes: a bare block (no hooks,
 a written-out softmax) on a pass's rows, and the bare matrix product of a block's largest shape
 (an upper bound no block reaches), for one core and for ideal scaling over two. The edge sums a
-pass also does (removed edges from recomputed writers, eval.patching.edge_groups) are not counted: the floor
+pass also does (removed edges from recomputed writers: eval.patching.bare, or through hooks eval.patching.edge_groups) are not counted: the floor
 is the model's own arithmetic alone. Rates and times are CPU time with --threads torch threads: the
 "1 core" figures hold for the default, one. The mean circuits per pass is the mean rows of a pass
 reaching the logits over n, counting ACDC's few setup passes of n rows, so it is a slight underestimate.

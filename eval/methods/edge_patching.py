@@ -100,8 +100,8 @@ def repeat_rows(x: torch.Tensor, k: int) -> torch.Tensor:
     return x.repeat(k, *([1] * (x.dim() - 1))) if k > 1 else x
 
 
-def block_weight(k: int, n: int, values: Iterable[float], device: torch.device | None = None) -> torch.Tensor:
-    """A per-row weight [k·n] that is values[i] on the rows of block i (on `device`: the model's)."""
+def block_weight(k: int, n: int, values: Iterable[float], device: torch.device) -> torch.Tensor:
+    """A per-row weight [k·n] that is values[i] on the rows of block i."""
     return torch.tensor(list(values), dtype=torch.float32, device=device).repeat_interleave(n)
 
 

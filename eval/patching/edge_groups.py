@@ -114,7 +114,7 @@ class Group:
 
 def make_group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]],
                by_col: Mapping[str, Mapping[str, int]], batch: int, matrix: torch.Tensor | None,
-               device: torch.device | None = None) -> Group:
+               device: torch.device = torch.device("cpu")) -> Group:
     """The weights of every edge into these readers: given ones (by_reader) and columns of the
     edge matrix (by_col), which win where an edge has both."""
     sources = sorted({s for r in readers for by in (by_reader, by_col) for s in by.get(r, {})}, key=order)
@@ -134,10 +134,10 @@ def make_group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]]
         weights[:, i, c] = w
     if flat:  # one gather (and, backwards, one scatter) for every matrix weight of the group
         assert matrix is not None
-        picked = matrix[:, torch.tensor(cols, device=matrix.device)].to(weights.dtype)  # [blocks, entries]
+        picked = matrix[:, torch.tensor(cols, device=device)].to(weights.dtype)  # [blocks, entries]
         if G != picked.shape[0]:  # per-row weights beside block weights: every row its own
             picked = picked.repeat_interleave(G // picked.shape[0], dim=0)
-        weights = weights.flatten(1).index_copy(1, torch.tensor(flat, device=weights.device), picked).view_as(weights)
+        weights = weights.flatten(1).index_copy(1, torch.tensor(flat, device=device), picked).view_as(weights)
     return Group(sources=tuple(sources), weights=weights)
 
 
@@ -206,8 +206,7 @@ class GroupLayout:
 
     @classmethod
     def make(cls, sources: Mapping[GroupKey, tuple[str, ...]], n_layers: int,
-             device: torch.device | None = None) -> GroupLayout:
-        """The layout of these groups' writers; its column indices on `device` (the weights')."""
+             device: torch.device = torch.device("cpu")) -> GroupLayout:
         chunks: dict[Chunk, set[str]] = {}
         covers = {key: group_cover(key, n_layers) for key in sources}
         for key, names in sources.items():
@@ -270,8 +269,7 @@ class Offsets:
 def keyed_groups(a: Any, by_reader: Mapping[str, Mapping[str, Weight]], by_col: Mapping[str, Mapping[str, int]],
                   batch: int, matrix: torch.Tensor | None):
     """eval.patching.hook_plan.Plan.make's groups and chunk writers from edges given by name (weights, edge-matrix columns)."""
-    H = a.n_heads
-    device = a.attn["W_O"].device  # the model's: weights made here are read beside its activations
+    H, device = a.n_heads, a.attn["W_O"].device
     attn_groups, mlp_groups = {}, {}
     for layer in range(a.n_layers):
         readers = [head_node(layer, h, x) for x in QKV for h in range(H)]

@@ -38,6 +38,7 @@ def run_validate(args: argparse.Namespace) -> int:
            "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
            "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
            "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
+           "edge_effects": {k: v for k, v in validation["edge_effects"].items() if k != "definition"},
            "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}}
     if args.json:
         print(json.dumps(out, indent=1))
@@ -51,6 +52,13 @@ def run_validate(args: argparse.Namespace) -> int:
         print("  largest out-of-circuit effect per input length: " + ", ".join(
             f"{n}: {v['resample']:.3f}/{v['mean']:.3f}" for n, v in validation["max_out_of_circuit_effect_by_length"].items())
             + " (resample/mean)")
+        edges = validation["edge_effects"]
+        if "skipped" in edges:
+            print(f"  edge-level ground truth: not measured ({edges['skipped']})")
+        else:
+            print(f"  edge-level ground truth: {'exact' if edges['exact'] else 'NOT exact'}: largest non-circuit "
+                  f"edge effect {edges['max_out_of_circuit_edge_effect']:.3f} ({edges['worst_edge']}), "
+                  f"{len(edges['out_of_circuit_edges_above_bound'])} edge(s) above {edges['bound']}")
         sep = {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}
         print(f"  circuit vs size (separation, 0.5 = chance): output norm {sep['output_norm']:.2f}, "
               f"output variance {sep['output_variance']:.2f}, weight norm {sep['weight_norm']:.2f}")

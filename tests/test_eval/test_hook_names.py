@@ -3,7 +3,9 @@ split q/k/v-input hooks, which transformer-lens 4.x's TransformerBridge does not
 
 Allowed: eval/patching/hooks.py (it explains why it does not use them), tests/test_eval/test_hooks.py (it compares
 the adapter with them under 3.x), this file, and siit/ (its own pure-torch model, whose docstrings
-say which 3.x hook each activation slot equals; it never hooks TransformerLens). OTHERS lists files
+say which 3.x hook each activation slot equals; it never hooks TransformerLens), and
+tests/benchmarks/peer_acdc.py (it reads the ACDC reference implementation's own edge names, in that
+peer's venv on its own TransformerLens 1.x, never the zoo's models). OTHERS lists files
 that still name them and are not yet moved onto eval.patching.hooks; the test fails on any new one.
 """
 
@@ -15,7 +17,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 NAMES = re.compile(r"hook_result|hook_[qkv]_input")
-ALLOWED = {"eval/patching/hooks.py", "tests/test_eval/test_hooks.py", "tests/test_eval/test_hook_names.py"}
+ALLOWED = {"eval/patching/hooks.py", "tests/test_eval/test_hooks.py", "tests/test_eval/test_hook_names.py",
+           "tests/benchmarks/peer_acdc.py"}
 ALLOWED_DIRS = ("siit/",)
 OTHERS: dict[str, str] = {}
 """Files that still name the hooks and are not yet moved onto eval.patching.hooks (none today)."""

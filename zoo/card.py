@@ -96,9 +96,9 @@ def _edge_lines(edges: Any) -> list[str]:
         return ["", f"Edge-level ground truth: not measured at training time ({cell(edges['skipped'])})."]
     above = edges.get("out_of_circuit_edges_above_bound") or []
     if edges.get("exact"):
+        worst = f", `{cell(edges['worst_edge'])}`" if edges.get("worst_edge") else ""
         verdict = (f"**exact**: no edge outside the circuit moves an output on more than {cell(edges.get('bound'))} "
-                   f"of labelled positions (largest {cell(edges.get('max_out_of_circuit_edge_effect'))}, "
-                   f"`{cell(edges.get('worst_edge'))}`)")
+                   f"of labelled positions (largest {cell(edges.get('max_out_of_circuit_edge_effect'))}{worst})")
     else:
         shown = ", ".join(f"`{cell(e)}` {cell(v)}" for e, v in above[:8] if isinstance(e, str))
         verdict = (f"**NOT exact**: {len(above)} edge(s) outside the circuit move outputs on more than "

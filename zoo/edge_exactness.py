@@ -64,6 +64,7 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     inside = [e for e in edges if (e[0], e[1].split("<")[0]) in labelled]
     outside = [e for e in edges if (e[0], e[1].split("<")[0]) not in labelled]
     worst = max(outside, key=effect.get, default=None)
+    worst = worst if worst is not None and effect[worst] > 0 else None  # no edge moved anything: none is worst
     positions = int(task.positions.sum())
     above = sorted((e for e in outside if effect[e] > EDGE_BOUND), key=lambda e: -effect[e])
     return {**head, "labelled_positions": positions, "resolution": round(3 / max(positions, 1), 6),

@@ -267,7 +267,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     elif edges.get("exact") is not None:
         verdict = "exact" if edges["exact"] else "NOT exact (patching contradicts the edge labels; issue 36)"
         print(f"  edge-level ground truth: {verdict}: largest non-circuit edge effect "
-              f"{edges['max_out_of_circuit_edge_effect']:.4f} ({edges['worst_edge']}), bound {edges['bound']}")
+              f"{edges['max_out_of_circuit_edge_effect']:.4f}{f' ({w})' if (w := edges['worst_edge']) else ''}, "
+              f"bound {edges['bound']}")
     sep = s["heuristic_separation"]
     r2 = f", distractor R² min {s['distractor_r2_min']:.3f}" if s["distractor_r2_min"] is not None else ""
     print(f"  circuit vs activation/weight size (separation, 0.5 = no better than chance): output norm "

@@ -57,7 +57,7 @@ def run_validate(args: argparse.Namespace) -> int:
             print(f"  edge-level ground truth: not measured ({edges['skipped']})")
         else:
             print(f"  edge-level ground truth: {'exact' if edges['exact'] else 'NOT exact'}: largest non-circuit "
-                  f"edge effect {edges['max_out_of_circuit_edge_effect']:.3f} ({edges['worst_edge']}), "
+                  f"edge effect {edges['max_out_of_circuit_edge_effect']:.3f}{f' ({w})' if (w := edges['worst_edge']) else ''}, "
                   f"{len(edges['out_of_circuit_edges_above_bound'])} edge(s) above {edges['bound']}")
         sep = {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}
         print(f"  circuit vs size (separation, 0.5 = chance): output norm {sep['output_norm']:.2f}, "

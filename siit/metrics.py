@@ -83,7 +83,8 @@ class Evaluator:
         n = len(d)
         masks = masks.to(d.tokens.device)
         with torch.no_grad():
-            acts = node_activations(model, d.tokens, d.mask, d.present)
+            if acts is None:  # a caller that already ran the clean pass (train_checks, validation) passes it
+                acts = node_activations(model, d.tokens, d.mask, d.present)
             if source_acts is None:
                 source_acts = acts[:, self.sources]
             resid = model.residuals(d.tokens, d.mask, acts)  # [L + 1, N, T, d_model]

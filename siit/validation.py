@@ -98,7 +98,7 @@ class _Effects:
         shapes = {name: lm & (shape_ids == i)[:, None] for i, name in enumerate(SHAPES) if (shape_ids == i).any()}
         single = torch.stack([corr.low.mask([n]) for n in nodes])
         outside = corr.low.mask(corr.non_aligned)[None]
-        clean = evaluator.run_groups(model, torch.zeros_like(single[:1]))[0]
+        clean = evaluator.run_groups(model, torch.zeros_like(single[:1]), acts=acts)[0]
         frac = lambda ok, where: float(ok[where].float().mean())  # noqa: E731
         # per input length too: pooled fractions can hide a short length where a node leaks
         lengths = {int(n): lm & (data.lengths == n)[:, None] for n in data.lengths.unique().tolist()}
@@ -106,7 +106,7 @@ class _Effects:
         out_by_length: dict[int, dict[str, float]] = {n: {k: 0.0 for k in ABLATIONS} for n in lengths}
         ablated: dict[str, float | None] = {}
         for kind in ABLATIONS:
-            preds = evaluator.run_groups(model, single, values[kind])
+            preds = evaluator.run_groups(model, single, values[kind], acts=acts)
             for i, node in enumerate(nodes):
                 same = agree(preds[i], clean, task, tol)
                 for shape, where in shapes.items():
@@ -117,7 +117,7 @@ class _Effects:
                         out_by_length[n][kind] = max(out_by_length[n][kind], round(worst, 6))
             ablated[kind] = None
             if corr.non_aligned:
-                pred = evaluator.run_groups(model, outside, values[kind])[0]
+                pred = evaluator.run_groups(model, outside, values[kind], acts=acts)[0]
                 ablated[kind] = round(min(frac(agree(pred, data.labels, task, tol), w) for w in shapes.values()), 6)
         worst_of = {n: {k: max(by_shape[n][s][k] for s in shapes) for k in ABLATIONS} for n in nodes}
         return cls(shapes=shapes, by_shape=by_shape, worst=worst_of, out_by_length=out_by_length,

@@ -143,3 +143,19 @@ def test_run_groups_equals_each_group_run_on_its_own(compiled) -> None:
             for i, m in enumerate(masks):
                 alone = predictions(interchange(model, d.tokens, d.mask, values, m, d.present), ev.task_kind)
                 assert torch.equal(batched[i], alone.reshape(batched[i].shape)), (i, names[i] if i < len(names) else i)
+
+
+def test_run_groups_reuses_the_clean_run_it_is_given(compiled) -> None:
+    """run_groups(acts=the clean run) gives the same predictions as computing the clean run itself,
+    and runs no clean pass of its own (train_checks and validate_model pass the one they made)."""
+    s, model = _case_3_random_model(compiled, seed=2)
+    ev = s.final_evaluator
+    d = ev.data
+    _, masks = ev.groups()
+    own = ev.run_groups(model, masks)
+    acts = node_activations(model, d.tokens, d.mask, d.present)
+    calls = []
+    model.register_forward_hook(lambda _m, a, k, _o: calls.append(k.get("return_acts", False)), with_kwargs=True)
+    given = ev.run_groups(model, masks, acts=acts)
+    assert torch.equal(own, given)
+    assert not any(calls), "a clean pass (return_acts=True) was run although the caller gave one"

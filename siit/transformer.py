@@ -140,18 +140,22 @@ class Transformer(nn.Module):
                 raise ValueError(f"a run that starts at block {first} cannot patch an earlier block")
             x = _repeat_rows_to(x, tokens.shape[0])
         allowed = self._allowed(real, present)
+        # one view per layer, taken once: indexing the stacked values in every block made the
+        # backward build a zero tensor of all layers' size per read (O(n_layers²) fills and adds;
+        # the same gradient values)
+        values = None if patch is None else patch.values.unbind(0)
         acts = []
         for layer in range(first, self.n_layers):
             block = self.blocks[layer]
             result = self._heads(block.attn, x, allowed)  # [B, T, H, d]
             if patch is not None:
                 m = patch.mask[:, layer, : self.n_heads]
-                result = _replace_rows(m[:, None, :, None], patch.values[layer, :, :, : self.n_heads], result)
+                result = _replace_rows(m[:, None, :, None], values[layer][:, :, : self.n_heads], result)
             x = x + result.sum(dim=2) + block.attn.b_O
             mlp_out = self._mlp(block.mlp, x)  # [B, T, d]
             if patch is not None:
                 m = patch.mask[:, layer, self.n_heads]
-                mlp_out = _replace_rows(m[:, None, None], patch.values[layer, :, :, self.n_heads], mlp_out)
+                mlp_out = _replace_rows(m[:, None, None], values[layer][:, :, self.n_heads], mlp_out)
             x = x + mlp_out
             if return_acts:
                 acts.append(torch.cat([result, mlp_out[:, :, None]], dim=2))

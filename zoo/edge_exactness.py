@@ -31,8 +31,10 @@ EDGE_LIMIT = 5000
 
 
 def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circuit_json: Mapping[str, Any],
-                 compiled: Any, tolerance: float | None) -> dict[str, Any]:
-    """validation.json's `edge_effects` (see the module docstring)."""
+                 compiled: Any, tolerance: float | None, *, n: int = EDGE_N, seed: int = EDGE_SEED,
+                 limit: int | None = None, bound: float = EDGE_BOUND) -> dict[str, Any]:
+    """validation.json's `edge_effects` (see the module docstring); the benchmark passes its own n,
+    seed, edge limit (default EDGE_LIMIT, read at the call) and bound."""
     import torch
 
     from eval.core.circuit import Circuit
@@ -46,14 +48,14 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     model = Transformer.from_state_dict(config, state_dict).eval()
     graph = graph_of(model)
     edges = list(graph.at("qkv").edges)
-    head = {"bound": EDGE_BOUND, "n": EDGE_N, "seed": EDGE_SEED, "ablation": "resample", "input_shape": "padded",
+    head = {"bound": bound, "n": n, "seed": seed, "ablation": "resample", "input_shape": "padded",
             "qkv_edges": len(edges)}
-    if len(edges) > EDGE_LIMIT:
-        return {**head, "skipped": f"{len(edges)} q/k/v edges > {EDGE_LIMIT}: measure with "
+    limit = EDGE_LIMIT if limit is None else limit
+    if len(edges) > limit:
+        return {**head, "skipped": f"{len(edges)} q/k/v edges > {limit}: measure with "
                                    "tests/benchmarks/bench_edge_exactness.py"}
     source = as_task(compiled)
-    task = make_task(case=source.case, encoding=source.encoding, reference=source.high_level(), n=EDGE_N,
-                     seed=EDGE_SEED)
+    task = make_task(case=source.case, encoding=source.encoding, reference=source.high_level(), n=n, seed=seed)
     ctx = make_context(model, task, graph)
     with torch.no_grad():
         clean = ctx.forward()
@@ -66,7 +68,7 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     worst = max(outside, key=effect.get, default=None)
     worst = worst if worst is not None and effect[worst] > 0 else None  # no edge moved anything: none is worst
     positions = int(task.positions.sum())
-    above = sorted((e for e in outside if effect[e] > EDGE_BOUND), key=lambda e: -effect[e])
+    above = sorted((e for e in outside if effect[e] > bound), key=lambda e: -effect[e])
     return {**head, "labelled_positions": positions, "resolution": round(3 / max(positions, 1), 6),
             "exact": not above,
             "max_out_of_circuit_edge_effect": round(effect[worst], 6) if worst else 0.0,
@@ -82,14 +84,14 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
 
 
 def changed_fraction(task: Any, clean: Any, tolerance: float):
-    """Metric of one block of patched logits: the fraction of labelled positions that moved."""
-    pos = task.positions
+    """Metric of one block of patched logits: the fraction of labelled positions whose output
+    moved, by the rule validation's node effects use (siit.losses.agree)."""
+    from siit.losses import agree, predictions
+
+    pos, kind = task.positions, task.task_kind
+    before = predictions(clean, kind)
 
     def metric(logits: Any) -> Any:
-        if task.task_kind == "classification":
-            moved = logits.argmax(-1) != clean.argmax(-1)
-        else:
-            moved = (logits[..., 0] - clean[..., 0]).abs() >= tolerance
-        return moved[pos].float().mean()
+        return (~agree(predictions(logits, kind), before, kind, tolerance))[pos].float().mean()
 
     return metric

@@ -45,7 +45,7 @@ def load(
     check_entry_name(name)
     if source not in ("auto", "local", "hub"):
         raise ZooError(f"source must be auto, local or hub, not {source!r}")
-    where = _device(device)
+    where = device_or_error(device)
     local = entries_dir(zoo_root(root)) / name
     if source == "local" or (source == "auto" and local.is_dir()):
         if not local.is_dir():
@@ -57,7 +57,8 @@ def load(
     return dataclasses.replace(load_entry_dir(path, name=name), device=where)
 
 
-def _device(name: str) -> str:
+def device_or_error(name: str) -> str:
+    """eval.core.device.resolve_device, its DeviceError a one-line ZooError (`cpu` or `cuda:N`)."""
     from eval.core.device import DeviceError, resolve_device
     from zoo.errors import ZooError
 

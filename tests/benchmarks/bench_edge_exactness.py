@@ -9,9 +9,10 @@ more) against the unpatched model, under resample patching on fresh inputs. As J
 An edge is a circuit edge when its head-level edge is in circuit.json (`<q>`, `<k>`, `<v>` parts of a
 labelled head edge all count as labelled); every other edge (q/k/v level), including edges between
 two circuit nodes that the high-level graph lacks, is a non-circuit edge and should move nothing
-(issue 36: <= 0.01). Per entry: the largest non-circuit effect and its edge, how many exceed the
-bound, the circuit edges' smallest and median effects, and the largest |logit change| of a non-circuit
-edge beside the circuit edges' median. Inputs: the case's sampler (seed --seed, counterfactuals
+(issue 36: <= 0.01). Per entry, what validation.json's `edge_effects` holds (zoo.edge_exactness, with
+this benchmark's n, seed and bound, and no edge limit): the largest non-circuit effect and its edge,
+the edges above the bound, the circuit edges' smallest and median effects, and the largest |logit
+change| of a non-circuit edge beside the circuit edges' median. Inputs: the case's sampler (seed --seed, counterfactuals
 seed + 1000003), padded to n_ctx; the other input shapes are not measured here. With n inputs of
 p labelled positions, an effect of 0.01 is about 0.01·n·p changed positions; a fraction never seen
 is bounded above by about 3 / (n·p) (rule of three), printed per entry as `resolution`.
@@ -21,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -29,52 +29,20 @@ from typing import Any
 
 
 def measure_entry(path: Path, n: int, seed: int, bound: float) -> dict[str, Any]:
-    import torch
-
-    from eval.methods.edge_patching import logit_movement, patched_metrics
-    from zoo.edge_exactness import changed_fraction
-    from eval.patching.ablation import make_context
-    from eval.patching.task import make_task
+    """zoo.edge_exactness.edge_section (what validation.json holds) on a trained entry, with this
+    benchmark's n, seed and bound and no edge limit."""
+    from zoo.edge_exactness import edge_section
     from zoo.entry import load_entry_dir
-    from zoo.targets import resolve_target
+    from zoo.high_level_source import high_level_task
+    from zoo.paths import compiled_dir
 
     start = time.perf_counter()
     entry = load_entry_dir(path)
-    target = resolve_target(entry, "trained", root=path.parent.parent, device="cpu")
-    task = make_task(case=target.case, encoding=target.encoding, reference=target.reference, n=n, seed=seed)
-    graph = entry.circuit  # head level
-    from eval.core.graph import graph_of
-
-    g = graph_of(target.model)
-    ctx = make_context(target.model, task, g, "resample")
-    with torch.no_grad():
-        clean = ctx.forward()
-    tolerance = (entry.validation or {}).get("tolerance") or 0.05
-    edges = list(g.at("qkv").edges)
-    values = patched_metrics(ctx, [{e: 1.0} for e in edges], changed_fraction(task, clean, tolerance), max_rows=4096)
-    effect = {e: float(v) for e, v in zip(edges, values)}
-    moved = logit_movement(ctx, edges, max_rows=4096)
-    labelled = {tuple(e) for e in graph.edges}
-    in_circuit = {e: (e[0], e[1].split("<")[0]) in labelled for e in edges}
-    outside = {e: v for e, v in effect.items() if not in_circuit[e]}
-    inside = {e: v for e, v in effect.items() if in_circuit[e]}
-    worst = max(outside, key=outside.get) if outside else None
-    positions = int(task.positions.sum())
-    inside_moved = sorted(moved[e] for e in inside)
-    return {
-        "entry": path.name, "qkv_edges": len(edges), "circuit_qkv_edges": len(inside), "n": n,
-        "labelled_positions": positions, "resolution": round(3 / positions, 6),
-        "max_out_of_circuit_edge_effect": round(outside[worst], 6) if worst else 0.0,
-        "worst_edge": f"{worst[0]}->{worst[1]}" if worst else None,
-        "out_of_circuit_edges_above_bound": sum(v > bound for v in outside.values()),
-        "top_out_of_circuit": [[f"{s}->{d}", round(v, 4)] for (s, d), v in
-                               sorted(outside.items(), key=lambda kv: -kv[1])[:5] if v > 0],
-        "circuit_edge_effect": {"min": round(min(inside.values()), 6) if inside else None,
-                                "median": round(statistics.median(inside.values()), 6) if inside else None},
-        "logit_change": {"max_out_of_circuit": round(max((moved[e] for e in outside), default=0.0), 4),
-                         "median_circuit": round(statistics.median(inside_moved), 4) if inside_moved else None},
-        "seconds": round(time.perf_counter() - start, 2),
-    }
+    task = high_level_task(entry.case, compiled_dir(path.parent.parent))
+    section = edge_section(entry.config, entry.state_dict, entry.circuit_json, task,
+                           (entry.validation or {}).get("tolerance"), n=n, seed=seed, limit=10**9, bound=bound)
+    section.pop("definition")
+    return {"entry": path.name, **section, "seconds": round(time.perf_counter() - start, 2)}
 
 
 def main() -> None:
@@ -94,8 +62,8 @@ def main() -> None:
         rows.append(measure_entry(args.root / "entries" / name, args.n, args.seed, args.bound))
         r = rows[-1]
         print(f"{name}: max non-circuit edge effect {r['max_out_of_circuit_edge_effect']:.4f} ({r['worst_edge']}), "
-              f"{r['out_of_circuit_edges_above_bound']} above {args.bound}; circuit edges min "
-              f"{r['circuit_edge_effect']['min']} ({r['seconds']} s)", file=sys.stderr, flush=True)
+              f"{len(r['out_of_circuit_edges_above_bound'])} above {args.bound}; circuit edges min "
+              f"{r['min_circuit_edge_effect']} ({r['seconds']} s)", file=sys.stderr, flush=True)
     above = [r["entry"] for r in rows if r["max_out_of_circuit_edge_effect"] > args.bound]
     print(json.dumps({"n": args.n, "seed": args.seed, "bound": args.bound, "entries_above_bound": above,
                       "rows": rows}, indent=1))

@@ -104,7 +104,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         methods += [score_folder(d) for d in args.scores]
     except MethodError as exc:
         raise ZooError(str(exc)) from None
-    device = str(device_from(args))  # a GPU this machine lacks is bad input, before any entry is made
+    device = device_from(args)  # a GPU this machine lacks is bad input, before any entry is made
     entries = bench_entries(root, cases=cases, planted=planted, model=args.model)
     settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, threads=args.threads, device=device)
     bar = _bar(len(entries) * len(methods))

@@ -34,14 +34,10 @@ def add_device(parser: argparse.ArgumentParser) -> None:
 
 
 def device_from(args: argparse.Namespace):
-    """The torch.device of --device, or a one-line ZooError (exit 2) for a GPU this machine lacks."""
-    from eval.core.device import DeviceError, resolve_device
-    from zoo.errors import ZooError
+    """--device as `cpu` or `cuda:N`, or a one-line ZooError (exit 2) for a GPU this machine lacks."""
+    from zoo.loader import device_or_error
 
-    try:
-        return resolve_device(args.device)
-    except DeviceError as exc:
-        raise ZooError(str(exc)) from None
+    return device_or_error(args.device)
 
 
 def step_bar(total: int, desc: str | None = None):

@@ -119,7 +119,7 @@ def run_eval(args: argparse.Namespace) -> int:
             report = evaluate(case, methods, scores=args.scores, model=args.model or "auto", root=args.root,
                               n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
                               stability_seeds=args.stability_seeds, permutations=args.permutations,
-                              save_scores=args.save_scores, progress=bars, device=str(device_from(args)))
+                              save_scores=args.save_scores, progress=bars, device=device_from(args))
     except (MethodError, ValueError) as exc:
         raise ZooError(str(exc)) from None
     except OSError as exc:  # --save-scores could not be written

@@ -68,7 +68,7 @@ def run_realism(args: argparse.Namespace) -> int:
     torch.set_num_threads(args.threads)
     options = RealismOptions(n=args.n, seed=args.seed, epochs=args.epochs, train=not args.no_train,
                              retrain=args.retrain, histogram=HistogramSpec(bins=args.bins),
-                             device=str(device_from(args)))
+                             device=device_from(args))
     report = realism_case(case, zoo_root(args.root), options, progress=_progress_bar)
     if args.plots:
         from zoo.realism_plots import write_plots_atomically

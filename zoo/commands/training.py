@@ -132,7 +132,7 @@ def train_options(args: argparse.Namespace):
     _check_args(args)
     return TrainOptions(config=_train_config(args), arch=_arch_config(args), lr_given=args.lr is not None,
                         root=args.root, resume=args.resume, threads=args.threads or TRAIN_THREADS,
-                        flags=option_flags(args), device=str(device_from(args)))
+                        flags=option_flags(args), device=device_from(args))
 
 
 def _check_args(args: argparse.Namespace) -> None:

@@ -31,7 +31,7 @@ def run_validate(args: argparse.Namespace) -> int:
     dest = destination(args.root, args.out, case)
     from zoo.commands.common import device_from
 
-    validation = revalidate_entry(case, dest, args.root, device=str(device_from(args)))
+    validation = revalidate_entry(case, dest, args.root, device=device_from(args))
     m = validation["metrics"]
     out = {"entry": str(dest), "accuracy": m["accuracy"], "iia": m["iia"], "siia_min": m["siia_min"],
            "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],

@@ -106,9 +106,11 @@ def worst_metric(metrics: dict[str, Any], config: TrainConfig) -> float:
     """The judged metric furthest below its target, each divided by its target (1 = met). Not
     floored: a distractor's R² climbing from -3 to 0 is progress, not a stall."""
     values = {"accuracy": metrics["accuracy"], "iia": metrics["iia_min"], "siia": metrics["siia_min"],
-              "distractor_r2": metrics.get("distractor_r2_min", 0.0)}
+              "distractor_r2": metrics.get("distractor_r2_min", 0.0), "edge_siia": metrics.get("edge_siia_min")}
     target = {"distractor_r2": config.distractor_r2}
-    return min(min(values[m] / max(target.get(m, config.criterion), 1e-12), 1.0) for m in config.judged_metrics)
+    # edges are measured only once the nodes meet the criterion (siit.train_checks)
+    return min(min(values[m] / max(target.get(m, config.criterion), 1e-12), 1.0)
+               for m in config.judged_metrics if values[m] is not None)
 
 
 def node_weights(state: AdaptState, metrics: dict[str, Any] | None, high_nodes: Sequence[str]) -> torch.Tensor | None:

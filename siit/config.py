@@ -60,6 +60,15 @@ class TrainConfig:
     strict_sampling: StrictSampling | None = None
     """Which non-aligned nodes a strictness row ablates: "one" (one drawn uniformly, Algorithm 1),
     "half" (each w.p. 0.5, Appendix H), "mixed" (half the rows each way); None: the scheme's own."""
+    strict_edges: bool = False
+    """Strictness also patches single edges outside the circuit (siit.edges): each strictness row
+    patches one non-circuit edge (reader r reads sender u's source value; lagging edges drawn
+    more often, siit.edges.EMPHASIS) besides its ablated nodes, from another row's source (any
+    length, as eval's resample draws), and the output must not move; checks then judge every such
+    edge's SIIA too, once the nodes meet the criterion. Node-level strictness alone lets a circuit
+    node write along paths the high-level graph lacks, and busy nodes' writes cancel, so single
+    edges move the output (issue 36).
+    Off (the default until the catalogue is retrained with it): the node-level SIIT of the paper."""
     iit_weight: float = 1.0
     """Weight_IIT. 0 together with strict_weight 0 trains a "natural" (behaviour-only) model."""
     strict_weight: float = 0.5
@@ -228,7 +237,8 @@ class TrainConfig:
     def judged_metrics(self) -> tuple[str, ...]:
         """The metrics the criterion needs: only what the losses train."""
         return (("accuracy",) + (("iia",) if self.iit_weight > 0 else ()) + (("siia",) if self.strict_weight > 0 else ())
-                + (("distractor_r2",) if self.distractors else ()))
+                + (("distractor_r2",) if self.distractors else ())
+                + (("edge_siia",) if self.strict_edges and self.strict_weight > 0 else ()))
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)

@@ -39,7 +39,9 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
         "met_criterion": result.met_criterion,
         "criterion": {"value": cfg.criterion, "metrics": list(cfg.judged_metrics),
                       "rule": "accuracy, every high-level node's IIA and every SIIA (each non-aligned "
-                              "node alone and all at once) >= value on the validation set"},
+                              "node alone and all at once) >= value on the validation set"
+                              + ("; with strict_edges also every non-circuit edge's SIIA (patched alone), and "
+                                 "validation.json's edge_effects exact" if cfg.strict_edges else "")},
         "config": cfg.to_json(),
         **({} if result.last_position_weight == 1.0 else {"loss": {
             "last_position_weight": result.last_position_weight,
@@ -98,6 +100,7 @@ def config_from_training_json(training: dict[str, Any]) -> tuple[TrainConfig, Ar
     """The TrainConfig and ArchConfig recorded in an entry's training.json."""
     cfg = dict(training["config"])
     cfg["betas"] = tuple(cfg["betas"])
+    cfg.setdefault("strict_edges", False)  # recorded before edge-level strictness existed
     return TrainConfig(**cfg), ArchConfig(**training["arch"]["overrides"])
 
 

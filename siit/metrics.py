@@ -108,6 +108,36 @@ class Evaluator:
         inverse[order] = torch.arange(order.shape[0], device=order.device)
         return torch.cat(out)[inverse]
 
+    def edge_siia(self, model: Transformer, edges: torch.Tensor, *,
+                  acts: torch.Tensor | None = None) -> torch.Tensor:
+        """float [E]: SIIA of each edge (u, r) of `edges` (long [E, 2], siit.edges.EdgeLayout
+        indices) patched alone: the fraction of labelled positions where reader r reading
+        sender u's source-run output leaves the base's correct output."""
+        d = self.data
+        n, E = len(d), edges.shape[0]
+        layout = (len(model.blocks) * (model.n_heads + 1) + 1, len(model.blocks) * (3 * model.n_heads + 1) + 1)
+        with torch.no_grad():
+            if acts is None:
+                acts = node_activations(model, d.tokens, d.mask, d.present)
+            source_acts, source_embed = acts[:, self.sources], model.input_embedding(d.tokens, d.mask)[self.sources]
+        per_chunk = max(1, _MAX_ROWS // n)
+        lm, scores = d.label_mask, []
+        with torch.no_grad():
+            for start in range(0, E, per_chunk):
+                chunk = edges[start : start + per_chunk]
+                g = chunk.shape[0]
+                one = torch.zeros(g, *layout, dtype=torch.bool, device=d.tokens.device)
+                one[torch.arange(g, device=one.device), chunk[:, 0], chunk[:, 1]] = True
+                rows = torch.zeros(g * n, model.n_layers, model.n_heads + 1, dtype=torch.bool, device=d.tokens.device)
+                patch = Patch(mask=rows, values=source_acts, edges=one.repeat_interleave(n, dim=0),
+                              input_values=source_embed)
+                present = None if d.present is None else repeat_rows(d.present, g)
+                logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), patch, present=present)[0]
+                preds = predictions(logits, self.task_kind).reshape(g, n, -1)
+                ok = agree(preds, d.labels[None], self.task_kind, self.tolerance)
+                scores.append(ok[:, lm].float().mean(dim=1))
+        return torch.cat(scores) if scores else torch.ones(0)
+
     def evaluate(self, model: Transformer, *, acts: torch.Tensor | None = None) -> dict[str, Any]:
         """accuracy, iia (mean over high-level nodes), iia_min, siia (mean over single non-aligned
         nodes), siia_min (including all-at-once), siia_all, and per-node values; on data in several
@@ -163,6 +193,7 @@ def meets_criterion(metrics: dict[str, Any], judged: tuple[str, ...], criterion:
     """Accuracy, every node's IIA and every SIIA (as judged) at or above the criterion, and every
     distractor's R² at or above `distractor_r2` when judged."""
     value = {"accuracy": metrics["accuracy"], "iia": metrics["iia_min"], "siia": metrics["siia_min"],
-             "distractor_r2": metrics.get("distractor_r2_min", float("nan"))}
+             "distractor_r2": metrics.get("distractor_r2_min", float("nan")),
+             "edge_siia": metrics.get("edge_siia_min", float("nan"))}  # nan (not measured) fails
     floor = {"distractor_r2": distractor_r2}
     return all(value[m] >= floor.get(m, criterion) - 1e-12 for m in judged)

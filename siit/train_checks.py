@@ -17,6 +17,7 @@ import torch
 from siit.config import TrainConfig
 from siit.data import SHAPES
 from siit.distractors import r_squared, readout
+from siit.edges import EdgeLayout
 from siit.metrics import Evaluator, meets_criterion
 from siit.train_setup import Setup, Trainee
 from siit.train_step import drawn_padded
@@ -27,18 +28,39 @@ def check(trainee: Trainee, s: Setup, config: TrainConfig) -> tuple[dict[str, An
     judged = config.judged_metrics
     chain = [("padded", s.evaluator)] + ([("every_shape", s.final_evaluator)] if s.vary_shapes else [])
     for name, evaluator in chain:
-        metrics = evaluate_trainee(trainee, s, evaluator)
+        metrics = evaluate_trainee(trainee, s, evaluator, edges=False)
+        # single edges (hundreds of patched runs) are judged only once every node meets the criterion
+        if meets_criterion({**metrics, "edge_siia_min": 1.0}, judged, config.criterion, config.distractor_r2):
+            metrics.update(edge_metrics(trainee, s, evaluator))
         if not meets_criterion(metrics, judged, config.criterion, config.distractor_r2):
             return metrics, False, name
     return metrics, True, name
 
 
-def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator) -> dict[str, Any]:
-    """The evaluator's metrics, plus each distractor's R² on the validation inputs."""
+def edge_metrics(trainee: Trainee, s: Setup, evaluator: Evaluator,
+                 acts: torch.Tensor | None = None) -> dict[str, Any]:
+    """SIIA of every non-circuit edge patched alone (siit.edges): the lowest, its edge and how many
+    edges are below 1; {} without edge-level strictness."""
+    if s.non_circuit_edges is None:
+        return {}
+    idx = s.non_circuit_edges.nonzero().to(evaluator.data.tokens.device)  # [E, 2]
+    scores = evaluator.edge_siia(trainee.model, idx, acts=acts)
+    layout = EdgeLayout(s.low_config["n_layers"], s.low_config["n_heads"])
+    names = [f"{a}->{b}" for a, b in layout.names(s.non_circuit_edges)]
+    below = {n: round(float(v), 6) for n, v in zip(names, scores.tolist()) if v < 1}
+    return {"edge_siia_min": min(below.values(), default=1.0),
+            "worst_edge": min(below, key=below.get, default=None), "edges_below_1": below}
+
+
+def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges: bool = True) -> dict[str, Any]:
+    """The evaluator's metrics, plus each distractor's R² on the validation inputs and, with
+    `edges`, the non-circuit edges' SIIA (edge_metrics)."""
     d = evaluator.data
     with torch.no_grad():  # [L, N, T, S, d]: the clean run, read by the metrics and the R²
         acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
     metrics = evaluator.evaluate(trainee.model, acts=acts)
+    if edges:
+        metrics.update(edge_metrics(trainee, s, evaluator, acts))
     targets = s.targets
     if targets is not None:
         with torch.no_grad():

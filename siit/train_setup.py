@@ -14,6 +14,7 @@ from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, case_seed, make_dataset, resolve_pairing, source_length_weights, step_generator, with_shapes
 from siit.distractors import DistractorTargets, make_distractors
+from siit.edges import EdgeLayout
 from siit.high_level import HighLevelModel, as_task, selection_rows
 from siit.loudness import Loudness
 from siit.metrics import Evaluator
@@ -49,6 +50,9 @@ class Setup:
     source_weight: torch.Tensor
     """[max length + 1] weight of a source row by its length in the loudness the busy nodes are
     matched on (siit.data.source_length_weights): sources then count as the training inputs do."""
+    non_circuit_edges: torch.Tensor | None = None
+    """bool [U, R] (siit.edges.EdgeLayout): the edges outside the circuit that strictness rows
+    patch one by one and checks judge (TrainConfig.strict_edges), or None."""
     device: torch.device = torch.device("cpu")
     """Where the model, the evaluators and the distractor targets live (eval.core.device). The
     training set, the masks and the high-level model stay on the CPU, where every step draws its
@@ -98,13 +102,18 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
                                 causal=causal, seed=per_case, spread=config.distractor_spread)
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
                                         train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal).to(device)
+    non_circuit_edges = None
+    if config.strict_edges and config.strict_weight > 0:
+        layout = EdgeLayout(low_config["n_layers"], low_config["n_heads"])
+        non_circuit_edges = layout.non_circuit(corr.map_circuit(task.graph).edges)
     circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long, device=device).reshape(-1, 2)
     return Setup(high=high, low_config=low_config, corr=corr, train_set=train_set, evaluator=evaluator,
                  high_masks=selects, low_masks=corr.low_masks(), non_aligned=corr.low.mask(corr.non_aligned),
                  pairing=pairing, final_evaluator=final, vary_shapes=config.input_shapes and not causal,
                  targets=targets, circuit_slots=circuit_slots, case_seed=per_case,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
-                 source_weight=source_length_weights(train_set.lengths, pairing), device=device)
+                 source_weight=source_length_weights(train_set.lengths, pairing),
+                 non_circuit_edges=non_circuit_edges, device=device)
 
 
 

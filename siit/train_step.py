@@ -16,6 +16,7 @@ import torch
 from siit.config import TrainConfig
 from siit.data import SHAPES, epoch_order, pair_sources, present_mask, random_shapes, step_generator
 from siit.distractors import distractor_loss, norm_ceiling_loss, readout
+from siit.edges import sample_edges
 from siit.losses import last_position_weights, output_loss
 from siit.loudness import shape_groups
 from siit.optim import Adam
@@ -50,7 +51,10 @@ def drawn_padded(s: Setup, shape_ids: torch.Tensor) -> torch.Tensor | None:
 
 
 def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
-          task: str, step: int, emphasis: torch.Tensor | None = None) -> dict[str, float]:
+          task: str, step: int, emphasis: torch.Tensor | None = None,
+          edge_emphasis: torch.Tensor | None = None) -> dict[str, float]:
+    """One update; emphasis: IIT's draw weights over high-level nodes (siit.adaptation),
+    edge_emphasis: strictness's over non-circuit edges (siit.edges.edge_weights); None: uniform."""
     model = trainee.model
     bases, sources, gen = _batch(s, config, step)
     d = s.train_set
@@ -66,10 +70,11 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_mask = s.low_masks[choice]
     strict_mask = _strict_mask(s.non_aligned, B, config.strict_sampling, gen)
+    strict_edges, shuffle = _strict_edges(s, B, gen, edge_emphasis)
     # drawn on the CPU (the same draws on every device), then moved where the model is
     dev = s.device
-    tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask = (
-        _to(x, dev) for x in (tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask))
+    tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges = (
+        _to(x, dev) for x in (tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges))
     weights = {"iit": config.iit_weight, "strict": config.strict_weight, "behavior": config.behavior_weight}
     targets = {"iit": iit_target, "strict": labels, "behavior": labels}
     masks = {"iit": iit_mask, "strict": strict_mask, "behavior": torch.zeros_like(iit_mask)}
@@ -85,7 +90,7 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     for group in groups:
         source_acts, aux = _source_run(trainee, s, config, *src, out)
         k = len(group)
-        patch = Patch(mask=torch.cat([masks[p] for p in group]), values=source_acts.repeat(1, k, 1, 1, 1))
+        patch = _patch(trainee, config, group, masks, source_acts, strict_edges, shuffle, src[0], src[1])
         rows_present = None if present is None else present.repeat(k, 1)
         logits, _ = model(tokens.repeat(k, 1), mask.repeat(k, 1), patch, present=rows_present)
         total = aux
@@ -99,6 +104,36 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         optimizer.step()
     out["total"] = sum(v for key, v in out.items() if key != "total")
     return out
+
+
+def _strict_edges(s: Setup, batch: int, gen: torch.Generator,
+                  emphasis: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
+    """(bool [B, U, R] one non-circuit edge per strictness row, long [B] the row whose source
+    each strictness row takes), or (None, None) without edge-level strictness."""
+    if s.non_circuit_edges is None:
+        return None, None
+    edges = sample_edges(s.non_circuit_edges, batch, "one", gen, emphasis)
+    # strictness rows take another row's source: any counterfactual, of any length, must leave
+    # the output alone (as eval's resample ablation draws them), not only the pairing's
+    return edges, torch.randperm(batch, generator=gen)
+
+
+def _patch(trainee: Trainee, config: TrainConfig, group: list[str], masks: dict[str, torch.Tensor],
+           source_acts: torch.Tensor, strict_edges: torch.Tensor | None, shuffle: torch.Tensor | None,
+           src_tokens: torch.Tensor, src_mask: torch.Tensor) -> Patch:
+    """The stacked base run's patch: each group's node masks and, with edge-level strictness, the
+    strictness rows' edges and shuffled sources (Patch.edges, edge_rows, input_values)."""
+    mask, k = torch.cat([masks[p] for p in group]), len(group)
+    if shuffle is None:
+        return Patch(mask=mask, values=source_acts.repeat(1, k, 1, 1, 1))
+    values = torch.cat([source_acts[:, shuffle] if p == "strict" else source_acts for p in group], dim=1)
+    if "strict" not in group:
+        return Patch(mask=mask, values=values)
+    batch = source_acts.shape[1]
+    first = group.index("strict") * batch
+    with torch.set_grad_enabled(config.source_gradient):
+        embed = trainee.model.input_embedding(src_tokens[shuffle], src_mask[shuffle])
+    return Patch(mask=mask, values=values, edges=strict_edges, edge_rows=(first, first + batch), input_values=embed)
 
 
 def _to(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:

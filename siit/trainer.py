@@ -34,6 +34,7 @@ from siit.adaptation import AdaptState
 from siit.checkpoint import load_checkpoint, save_checkpoint
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
+from siit.edges import EdgeLayout, edge_weights
 from siit.high_level import as_task
 from siit.metrics import Evaluator, meets_criterion
 from siit.optim import Adam
@@ -110,6 +111,8 @@ class _Run:
     met: bool = False
     losses: dict[str, float] = dataclasses.field(default_factory=dict)
     emphasis: torch.Tensor | None = None
+    edge_emphasis: torch.Tensor | None = None
+    """Strictness's draw weights over non-circuit edges (siit.edges.edge_weights), from the last check."""
 
     def elapsed(self) -> float:
         return self.seconds + time.perf_counter() - self.start
@@ -159,6 +162,7 @@ def _start(s: Setup, config: TrainConfig, checkpoint_dir: Path | None, resume: b
         run.met = bool(run.history) and run.history[-1]["met_criterion"]
         run.metrics = run.history[-1]["metrics"] if run.history else None
     run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
+    run.edge_emphasis = _edge_emphasis(s, run.metrics)
     run.start = time.perf_counter()
     return run
 
@@ -175,7 +179,8 @@ def _loop(run: _Run, s: Setup, config: TrainConfig, task_kind: str, progress: Pr
                 run.adapt = extended
                 run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
             run.optimizer.lr = adaptation.learning_rate(run.adapt, config, run.step)
-            run.losses = train_step.run_step(run.trainee, run.optimizer, s, config, task_kind, run.step, run.emphasis)
+            run.losses = train_step.run_step(run.trainee, run.optimizer, s, config, task_kind, run.step, run.emphasis,
+                                             run.edge_emphasis)
             run.step += 1
             if not all(math.isfinite(v) for v in run.losses.values()):
                 bad = ", ".join(f"{k} {v}" for k, v in run.losses.items() if not math.isfinite(v))
@@ -189,9 +194,15 @@ def _loop(run: _Run, s: Setup, config: TrainConfig, task_kind: str, progress: Pr
                 raise TrainingInterrupted(f"training interrupted at step {run.step}")
 
 
+def _edge_emphasis(s: Setup, metrics: dict[str, Any] | None) -> torch.Tensor | None:
+    layout = EdgeLayout(s.low_config["n_layers"], s.low_config["n_heads"])
+    return edge_weights(layout, s.non_circuit_edges, metrics)
+
+
 def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
     """A periodic check, what it changes in the schedule, its history record and a checkpoint."""
     run.metrics, run.met, checked = train_checks.check(run.trainee, s, config)
+    run.edge_emphasis = _edge_emphasis(s, run.metrics)
     if not run.met:
         run.adapt = adaptation.after_validation(run.adapt, config, run.step, run.metrics)
         run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)

@@ -46,6 +46,16 @@ class Patch:
     """[n_layers, b, pos, n_heads + 1, d_model]: the replacement activations, b = batch, 1 or any
     divisor of batch (row r then takes row r mod b: stacked intervention groups share one source
     run without copying it per group)."""
+    edges: torch.Tensor | None = None
+    """bool [rows, U, R] (siit.edges.EdgeLayout's senders x readers) or None: single edges patched
+    per row of `edge_rows`: reader r reads sender u's replacement (`values`, `input_values`)
+    instead of what u wrote in this run; the other readers of u are untouched."""
+    edge_rows: tuple[int, int] | None = None
+    """(first, end): the rows `edges` applies to (a stacked run's strictness rows), so the other
+    rows pay nothing for it; None: every row."""
+    input_values: torch.Tensor | None = None
+    """[b, pos, d_model]: the replacement of the `input` sender (the source's embedding); needed
+    with `edges`."""
 
 
 class _Params(nn.Module):
@@ -121,9 +131,8 @@ class Transformer(nn.Module):
         """logits [batch, pos, d_vocab_out] and, if asked, node activations
         [n_layers, batch, pos, n_heads + 1, d_model] (after patching).
 
-        start: (l, x), begin at block l with x [b, pos, d_model] as the residual stream entering it
-        (b = batch or a divisor, as for Patch.values; see `residuals`): a run patched at block l or
-        later only, without recomputing the blocks before it. l = n_layers only unembeds.
+        start: (l, x), begin at block l with x [b, pos, d_model] (b = batch or a divisor, as for
+        Patch.values; see `residuals`) entering it: a run patched at block l or later only. l = n_layers only unembeds.
 
         present: bool [batch, pos], the positions that exist in each row (default: all). A row
         whose last positions are absent computes exactly what the model computes on that row cut
@@ -144,21 +153,29 @@ class Transformer(nn.Module):
         # backward build a zero tensor of all layers' size per read (O(n_layers²) fills and adds;
         # the same gradient values)
         values = None if patch is None else patch.values.unbind(0)
+        edges = None if patch is None or patch.edges is None else _Edges(patch, x, first)
         acts = []
+        H = self.n_heads
         for layer in range(first, self.n_layers):
             block = self.blocks[layer]
-            result = self._heads(block.attn, x, allowed)  # [B, T, H, d]
+            result = self._heads(block.attn, x, allowed, None if edges is None else edges.head_deltas(layer, H))
             if patch is not None:
-                m = patch.mask[:, layer, : self.n_heads]
-                result = _replace_rows(m[:, None, :, None], values[layer][:, :, : self.n_heads], result)
+                m = patch.mask[:, layer, :H]
+                result = _replace_rows(m[:, None, :, None], values[layer][:, :, :H], result)
             x = x + result.sum(dim=2) + block.attn.b_O
-            mlp_out = self._mlp(block.mlp, x)  # [B, T, d]
+            if edges is not None:
+                edges.wrote(values[layer][:, :, :H], result)
+            mlp_out = self._mlp(block.mlp, x if edges is None else edges.mlp_input(x, layer, H))  # [B, T, d]
             if patch is not None:
-                m = patch.mask[:, layer, self.n_heads]
-                mlp_out = _replace_rows(m[:, None, None], values[layer][:, :, self.n_heads], mlp_out)
+                m = patch.mask[:, layer, H]
+                mlp_out = _replace_rows(m[:, None, None], values[layer][:, :, H], mlp_out)
             x = x + mlp_out
+            if edges is not None:
+                edges.wrote(values[layer][:, :, H : H + 1], mlp_out[:, :, None])
             if return_acts:
                 acts.append(torch.cat([result, mlp_out[:, :, None]], dim=2))
+        if edges is not None:
+            x = edges.logits_input(x)
         logits = x @ self.unembed.W_U + self.unembed.b_U
         return logits, (torch.stack(acts) if return_acts else None)
 
@@ -215,6 +232,10 @@ class Transformer(nn.Module):
             x = at(name + "hook_resid_post", x)
         return x @ self.unembed.W_U + self.unembed.b_U
 
+    def input_embedding(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """[batch, pos, d_model]: what the `input` sender writes (edge patching's input values)."""
+        return self._embed(tokens, attention_mask.bool())
+
     def _embed(self, tokens: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         """Token plus positional embedding [batch, pos, d_model]; pad positions get no positional
         embedding (TL 3.x)."""
@@ -235,11 +256,18 @@ class Transformer(nn.Module):
         allowed = (tri[None] & real[:, None, :])[:, None]
         return allowed if keys is None else allowed & keys
 
-    def _heads(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
-        """Per-head attention output (TL's hook_result) [batch, pos, H, d_model]."""
+    def _heads(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None,
+               deltas: tuple[tuple[int, int], torch.Tensor] | None = None) -> torch.Tensor:
+        """Per-head attention output (TL's hook_result) [batch, pos, H, d_model]. deltas: ((a, b),
+        [b - a, pos, 3H, d_model]): rows a..b-1 of head h's q, k and v read x plus their own
+        difference (edge patching; the projections are linear, so only the differences are projected)."""
         q = torch.einsum("btd,hdk->bhtk", x, attn.W_Q) + attn.b_Q[:, None]
         k = torch.einsum("btd,hdk->bhtk", x, attn.W_K) + attn.b_K[:, None]
         v = torch.einsum("btd,hdk->bhtk", x, attn.W_V) + attn.b_V[:, None]
+        if deltas is not None:
+            (a, b), delta = deltas
+            q, k, v = (_add_rows(t, a, b, torch.einsum("bthd,hdk->bhtk", dt, W))
+                       for t, dt, W in zip((q, k, v), delta.chunk(3, dim=2), (attn.W_Q, attn.W_K, attn.W_V)))
         z = self._attend(q, k, v, allowed)  # [B, H, T, k]
         return torch.einsum("bhtk,hkd->bthd", z, attn.W_O)
 
@@ -252,6 +280,52 @@ class Transformer(nn.Module):
         if allowed is not None:  # a query with no allowed key gives NaN; TL turns it into zeros
             pattern = torch.nan_to_num(pattern, nan=0.0)
         return pattern @ v
+
+
+class _Edges:
+    """One forward pass's edge patching (Patch.edges): the difference replacement - own output of
+    every sender written so far, and each reader's input with the patched senders' differences
+    added (reader r reads x + sum over patched u of (replacement_u - written_u))."""
+
+    def __init__(self, patch: Patch, x: torch.Tensor, first: int) -> None:
+        if first != 0 or patch.input_values is None:
+            raise ValueError("edge patching runs from the embedding and needs the input's replacement")
+        B = x.shape[0]
+        self.a, self.b = patch.edge_rows or (0, B)
+        self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
+        self.n = B
+        self.diffs = [self._rows(patch.input_values) - x[self.a : self.b]]  # per sender [b - a, T, d]
+
+    def _rows(self, values: torch.Tensor) -> torch.Tensor:
+        """The replacement values of the edge rows (Patch.values' row r mod b rule)."""
+        return _repeat_rows_to(values, self.n)[self.a : self.b]
+
+    def wrote(self, values: torch.Tensor, out: torch.Tensor) -> None:
+        """Senders of one kind just written: values [b, T, n, d] (replacements), out [B, T, n, d]."""
+        self.diffs += list((self._rows(values) - out[self.a : self.b]).unbind(2))
+
+    def _delta(self, readers: slice) -> torch.Tensor:
+        """[rows, T, r, d]: what each reader of `readers` adds to the residual stream it reads."""
+        diffs = torch.stack(self.diffs, dim=2)  # [rows, T, u, d]
+        return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], readers], diffs)
+
+    def head_deltas(self, layer: int, n_heads: int) -> tuple[tuple[int, int], torch.Tensor]:
+        r0 = layer * (3 * n_heads + 1)
+        return (self.a, self.b), self._delta(slice(r0, r0 + 3 * n_heads))
+
+    def mlp_input(self, x: torch.Tensor, layer: int, n_heads: int) -> torch.Tensor:
+        r = layer * (3 * n_heads + 1) + 3 * n_heads
+        return _add_rows(x, self.a, self.b, self._delta(slice(r, r + 1))[:, :, 0])
+
+    def logits_input(self, x: torch.Tensor) -> torch.Tensor:
+        return _add_rows(x, self.a, self.b, self._delta(slice(self.edges.shape[2] - 1, None))[:, :, 0])
+
+
+def _add_rows(x: torch.Tensor, a: int, b: int, delta: torch.Tensor) -> torch.Tensor:
+    """x with delta added to rows a..b-1 (out of place, for autograd)."""
+    if (a, b) == (0, x.shape[0]):
+        return x + delta
+    return torch.cat([x[:a], x[a:b] + delta, x[b:]])
 
 
 def _repeat_rows_to(x: torch.Tensor, batch: int) -> torch.Tensor:

@@ -7,9 +7,10 @@ lacks, must move nothing (issue 36's bound, EDGE_BOUND).
 
 SIIT's strictness is node-level: it ablates a node for every reader at once, so a busy node whose
 writes later components cancel passes it while its single edges move the output. This section
-reports that; it does not yet decide met_criterion, because training does not yet enforce edges
-(issue 36): an entry with `exact: false` has a node-level ground truth that holds and an edge-level
-one that patching contradicts. Run on siit.transformer.Transformer (TransformerLens's hook protocol,
+reports that. It decides met_criterion only for entries trained with edge-level strictness
+(TrainConfig.strict_edges, `zoo train --strict-edges`; zoo.train_entry.with_edge_verdict): an
+entry trained without it and `exact: false` has a node-level ground truth that holds and an
+edge-level one that patching contradicts. Run on siit.transformer.Transformer (TransformerLens's hook protocol,
 no transformer_lens import), padded inputs only; models with more than EDGE_LIMIT q/k/v edges are
 skipped (tests/benchmarks/bench_edge_exactness.py measures any entry)."""
 

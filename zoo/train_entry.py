@@ -117,6 +117,7 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
     validation = with_patching_checks(validate_model(result.model, result.evaluator), compiled, result)
+    result = with_edge_verdict(result, validation)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
     return TrainedEntry(dest, result, validation, entry_summary(case, dest, result, validation))
@@ -166,6 +167,7 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint, resume=options.resume,
                    device=torch.device(options.device))
     validation = with_patching_checks(validate_model(result.model, result.evaluator), compiled, result)
+    result = with_edge_verdict(result, validation)
     with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
         dest = write_entry_files(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,
                                  command=["zoo", "train", "case", case_id, *options.flags])
@@ -222,6 +224,19 @@ def with_patching_checks(validation: dict[str, Any], compiled, result) -> dict[s
     circuit, state = circuit_json(compiled, result.correspondence), _cpu_state(result.model)
     return {**validation, "inert_edges": inert_section(result.low_config, state, circuit, compiled),
             "edge_effects": edge_section(result.low_config, state, circuit, compiled, validation.get("tolerance"))}
+
+
+def with_edge_verdict(result, validation: dict[str, Any]):
+    """The training result, failed if it was trained with edge-level strictness and the exact
+    edge patching of validation.json (fresh inputs, eval's counterfactuals) finds a non-circuit
+    edge above the bound: such an entry claims edge-level ground truth that patching contradicts.
+    Entries trained without it report `edge_effects` only (the node-level ground truth holds)."""
+    edges = validation.get("edge_effects") or {}
+    if result.config.strict_edges and result.met_criterion and not edges.get("skipped") and not edges.get("exact"):
+        print(f"zoo: edge {edges.get('worst_edge')} moves {edges.get('max_out_of_circuit_edge_effect')} of the "
+              f"outputs (bound {edges.get('bound')}): the edge-level ground truth fails", file=sys.stderr)
+        return dataclasses.replace(result, met_criterion=False)
+    return result
 
 
 def met_criterion(entry_dir: Path) -> bool:

@@ -44,6 +44,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="plain SIIT as in InterpBench: no distractor tasks for out-of-circuit nodes and no head "
                    "rescale (their outputs are then squashed and their circuit readable from activation size). "
                    "Default: distractors on whenever strictness is trained")
+    p.add_argument("--strict-edges", action="store_true",
+                   help="edge-level strictness (issue 36): strictness also patches single edges outside the "
+                   "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
+                   "validation.json's exact edge patching finds none above the bound. Slower; default off")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']})")
     p.add_argument("--seed", type=int, default=0, help=f"seed of data, correspondence, init and sampling (default {d['seed']})")
     p.add_argument("--lr", type=float, default=None, help=f"initial Adam learning rate (default {d['lr']:g}, or a planted "
@@ -65,6 +69,11 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch CPU threads of each training run (default 1, for one case and for every worker of many, "
                    "whatever --jobs: the weights depend on the thread count; training.json records it)")
     add_device(p)
+    _add_many(p)
+    p.set_defaults(func=run_train)
+
+
+def _add_many(p: argparse.ArgumentParser) -> None:
     many = p.add_argument_group("many cases (zoo.train_many): instead of `case <id>`; entries that met "
                                 "their criterion are skipped, exit 1 if any case failed")
     many.add_argument("--all", action="store_true", help="InterpBench's 16 main cases")
@@ -75,7 +84,6 @@ def register(sub: argparse._SubParsersAction) -> None:
     many.add_argument("--jobs", type=int, metavar="J", help="worker processes (default one per core)")
     many.add_argument("--ray", metavar="ADDRESS", help="run the cases as Ray tasks on the cluster at ADDRESS "
                       "(HOST:PORT, ray://HOST:PORT, auto; local starts one here); needs the ray extra")
-    p.set_defaults(func=run_train)
 
 
 def _train_config(args: argparse.Namespace):
@@ -93,6 +101,8 @@ def _train_config(args: argparse.Namespace):
         kw.update(iit_weight=0.0, strict_weight=0.0)
     if args.no_distractors:
         kw.update(distractors=False)
+    if args.strict_edges:
+        kw.update(strict_edges=True)
     try:
         return TrainConfig(**kw)
     except ConfigError as exc:
@@ -105,7 +115,7 @@ def _arch_config(args: argparse.Namespace):
     return ArchConfig() if args.min_d_head is None else ArchConfig(min_d_head=args.min_d_head)
 
 
-_OPTION_FLAGS = ("scheme", "strict_weight", "natural", "no_distractors", "epochs", "seed", "lr",
+_OPTION_FLAGS = ("scheme", "strict_weight", "natural", "no_distractors", "strict_edges", "epochs", "seed", "lr",
                  "batch_size", "n_train", "min_d_head", "criterion")
 """The training options a many-case worker's entry records as flags of its `zoo train case ID`."""
 

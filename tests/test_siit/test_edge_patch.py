@@ -10,7 +10,7 @@ from eval.core.circuit import parse_node
 from eval.core.graph import graph_of
 from siit.edges import EdgeLayout, sample_edges
 from siit.transformer import Patch
-from tests.test_siit.test_transformer import _padded_batch, _random_model
+from test_transformer import _padded_batch, _random_model
 
 
 def test_layout_names_the_graph_edges() -> None:

@@ -20,21 +20,16 @@ from collections.abc import Iterable
 import torch
 
 from eval.core.circuit import INPUT, LOGITS, head_node, mlp_node, promote
+from siit.correspondence import NodeLayout
 
 
 @dataclasses.dataclass(frozen=True)
-class EdgeLayout:
+class EdgeLayout(NodeLayout):
     """Sender and reader indices of a model with `n_layers` blocks of `n_heads` heads."""
-
-    n_layers: int
-    n_heads: int
 
     @property
     def senders(self) -> tuple[str, ...]:
-        nodes = [INPUT]
-        for layer in range(self.n_layers):
-            nodes += [head_node(layer, h) for h in range(self.n_heads)] + [mlp_node(layer)]
-        return tuple(nodes)
+        return (INPUT,) + self.nodes
 
     @property
     def readers(self) -> tuple[str, ...]:
@@ -44,8 +39,13 @@ class EdgeLayout:
             out.append(mlp_node(layer))
         return tuple(out) + (LOGITS,)
 
+    @property
+    def shape(self) -> tuple[int, int]:
+        """(U, R): senders x readers, the last two axes of Patch.edges."""
+        return 1 + self.n_layers * (self.n_heads + 1), self.n_layers * (3 * self.n_heads + 1) + 1
+
     def first_reader(self, layer: int) -> int:
-        """Index of layer `layer`'s first reader (its head 0's q input)."""
+        """Index of layer `layer`'s first reader (its head 0's q input); its MLP is 3H later."""
         return layer * (3 * self.n_heads + 1)
 
     def senders_before(self, layer: int, mlp: bool = False) -> int:
@@ -55,7 +55,7 @@ class EdgeLayout:
 
     def valid(self) -> torch.Tensor:
         """bool [U, R]: sender u precedes reader r (an edge of the model's graph)."""
-        U, R = len(self.senders), len(self.readers)
+        U, R = self.shape
         out = torch.zeros(U, R, dtype=torch.bool)
         for layer in range(self.n_layers):
             r0 = self.first_reader(layer)

@@ -18,6 +18,7 @@ import torch
 from eval.core.circuit import TaskKind
 from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
+from siit.edges import EdgeLayout
 from siit.interventions import node_activations, repeat_rows
 from siit.high_level import HighLevelModel, selection_rows
 from siit.losses import agree, predictions
@@ -115,7 +116,7 @@ class Evaluator:
         sender u's source-run output leaves the base's correct output."""
         d = self.data
         n, E = len(d), edges.shape[0]
-        layout = (len(model.blocks) * (model.n_heads + 1) + 1, len(model.blocks) * (3 * model.n_heads + 1) + 1)
+        layout = EdgeLayout(model.n_layers, model.n_heads).shape
         with torch.no_grad():
             if acts is None:
                 acts = node_activations(model, d.tokens, d.mask, d.present)

@@ -33,6 +33,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
+from siit.edges import EdgeLayout
+
 _ACT_FNS = {"relu": F.relu, "gelu": F.gelu}  # TL's "gelu" is F.gelu (exact erf form)
 
 
@@ -153,19 +155,19 @@ class Transformer(nn.Module):
         # backward build a zero tensor of all layers' size per read (O(n_layers²) fills and adds;
         # the same gradient values)
         values = None if patch is None else patch.values.unbind(0)
-        edges = None if patch is None or patch.edges is None else _Edges(patch, x, first)
-        acts = []
         H = self.n_heads
+        edges = None if patch is None or patch.edges is None else _Edges(patch, x, first, EdgeLayout(self.n_layers, H))
+        acts = []
         for layer in range(first, self.n_layers):
             block = self.blocks[layer]
-            result = self._heads(block.attn, x, allowed, None if edges is None else edges.head_deltas(layer, H))
+            result = self._heads(block.attn, x, allowed, None if edges is None else edges.head_deltas(layer))
             if patch is not None:
                 m = patch.mask[:, layer, :H]
                 result = _replace_rows(m[:, None, :, None], values[layer][:, :, :H], result)
             x = x + result.sum(dim=2) + block.attn.b_O
             if edges is not None:
                 edges.wrote(values[layer][:, :, :H], result)
-            mlp_out = self._mlp(block.mlp, x if edges is None else edges.mlp_input(x, layer, H))  # [B, T, d]
+            mlp_out = self._mlp(block.mlp, x if edges is None else edges.mlp_input(x, layer))  # [B, T, d]
             if patch is not None:
                 m = patch.mask[:, layer, H]
                 mlp_out = _replace_rows(m[:, None, None], values[layer][:, :, H], mlp_out)
@@ -287,10 +289,11 @@ class _Edges:
     every sender written so far, and each reader's input with the patched senders' differences
     added (reader r reads x + sum over patched u of (replacement_u - written_u))."""
 
-    def __init__(self, patch: Patch, x: torch.Tensor, first: int) -> None:
+    def __init__(self, patch: Patch, x: torch.Tensor, first: int, layout: EdgeLayout) -> None:
         if first != 0 or patch.input_values is None:
             raise ValueError("edge patching runs from the embedding and needs the input's replacement")
         B = x.shape[0]
+        self.layout = layout
         self.a, self.b = patch.edge_rows or (0, B)
         self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
         self.n = B
@@ -309,12 +312,12 @@ class _Edges:
         diffs = torch.stack(self.diffs, dim=2)  # [rows, T, u, d]
         return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], readers], diffs)
 
-    def head_deltas(self, layer: int, n_heads: int) -> tuple[tuple[int, int], torch.Tensor]:
-        r0 = layer * (3 * n_heads + 1)
-        return (self.a, self.b), self._delta(slice(r0, r0 + 3 * n_heads))
+    def head_deltas(self, layer: int) -> tuple[tuple[int, int], torch.Tensor]:
+        r0, H = self.layout.first_reader(layer), self.layout.n_heads
+        return (self.a, self.b), self._delta(slice(r0, r0 + 3 * H))
 
-    def mlp_input(self, x: torch.Tensor, layer: int, n_heads: int) -> torch.Tensor:
-        r = layer * (3 * n_heads + 1) + 3 * n_heads
+    def mlp_input(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        r = self.layout.first_reader(layer) + 3 * self.layout.n_heads
         return _add_rows(x, self.a, self.b, self._delta(slice(r, r + 1))[:, :, 0])
 
     def logits_input(self, x: torch.Tensor) -> torch.Tensor:

@@ -107,7 +107,7 @@ def worst_metric(metrics: dict[str, Any], config: TrainConfig) -> float:
     floored: a distractor's R² climbing from -3 to 0 is progress, not a stall."""
     values = {"accuracy": metrics["accuracy"], "iia": metrics["iia_min"], "siia": metrics["siia_min"],
               "distractor_r2": metrics.get("distractor_r2_min", 0.0), "edge_siia": metrics.get("edge_siia_min")}
-    target = {"distractor_r2": config.distractor_r2}
+    target = {"distractor_r2": config.distractor_r2, "edge_siia": config.edge_criterion}
     # edges are measured only once the nodes meet the criterion (siit.train_checks)
     return min(min(values[m] / max(target.get(m, config.criterion), 1e-12), 1.0)
                for m in config.judged_metrics if values[m] is not None)

@@ -39,6 +39,9 @@ class Evaluator:
     correspondence: Correspondence
     task_kind: TaskKind
     tolerance: float
+    edge_sources: torch.Tensor | None = None
+    """long [N]: the counterfactual of each base for the edge checks (edge_siia), drawn
+    independently of its length, as eval's resample draws them and as strictness rows train."""
 
     @classmethod
     def build(cls, data: Dataset, high: HighLevelModel, correspondence: Correspondence, *,
@@ -50,16 +53,20 @@ class Evaluator:
         n0 = n // copies
         first = pair_sources(data.lengths[:n0], torch.arange(n0), pairing, generator)
         sources = torch.cat([first + k * n0 for k in range(copies)])
+        # drawn after `first`, so the node checks' pairs are what they were without it
+        any_length = pair_sources(data.lengths[:n0], torch.arange(n0), "independent", generator)
+        edge_sources = torch.cat([any_length + k * n0 for k in range(copies)])
         targets = []
         with torch.no_grad():  # high-level node i of correspondence.high_nodes is high.nodes[i]
             for select in selection_rows(len(correspondence.high_nodes)):
                 targets.append(high.interchange(data.tokens, data.mask, data.high_acts[:, sources], select))
-        return cls(data, sources, torch.stack(targets), correspondence, task_kind, tolerance)
+        return cls(data, sources, torch.stack(targets), correspondence, task_kind, tolerance, edge_sources)
 
     def to(self, device: torch.device) -> Evaluator:
         """The same pairs and targets with every tensor on `device` (the model's)."""
         return dataclasses.replace(self, data=self.data.to(device), sources=self.sources.to(device),
-                                   iit_targets=self.iit_targets.to(device))
+                                   iit_targets=self.iit_targets.to(device),
+                                   edge_sources=None if self.edge_sources is None else self.edge_sources.to(device))
 
     def groups(self) -> tuple[list[str], torch.Tensor]:
         """Names and low-level masks [G, L, S] of every intervention the metrics need."""
@@ -113,14 +120,16 @@ class Evaluator:
                   acts: torch.Tensor | None = None) -> torch.Tensor:
         """float [E]: SIIA of each edge (u, r) of `edges` (long [E, 2], siit.edges.EdgeLayout
         indices) patched alone: the fraction of labelled positions where reader r reading
-        sender u's source-run output leaves the base's correct output."""
+        sender u's output on the base's counterfactual (`edge_sources`) leaves the base's
+        correct output."""
         d = self.data
         n, E = len(d), edges.shape[0]
         layout = EdgeLayout(model.n_layers, model.n_heads).shape
         with torch.no_grad():
             if acts is None:
                 acts = node_activations(model, d.tokens, d.mask, d.present)
-            source_acts, source_embed = acts[:, self.sources], model.input_embedding(d.tokens, d.mask)[self.sources]
+            cf = self.sources if self.edge_sources is None else self.edge_sources
+            source_acts, source_embed = acts[:, cf], model.input_embedding(d.tokens, d.mask)[cf]
         per_chunk = max(1, _MAX_ROWS // n)
         lm, scores = d.label_mask, []
         with torch.no_grad():
@@ -190,11 +199,12 @@ def _summarise(names: list[str], scores: list[float]) -> dict[str, Any]:
 
 
 def meets_criterion(metrics: dict[str, Any], judged: tuple[str, ...], criterion: float,
-                    distractor_r2: float = 0.0) -> bool:
+                    distractor_r2: float = 0.0, edge_criterion: float = 1.0) -> bool:
     """Accuracy, every node's IIA and every SIIA (as judged) at or above the criterion, and every
-    distractor's R² at or above `distractor_r2` when judged."""
+    distractor's R² at or above `distractor_r2` and every non-circuit edge's SIIA at or above
+    `edge_criterion` when judged."""
     value = {"accuracy": metrics["accuracy"], "iia": metrics["iia_min"], "siia": metrics["siia_min"],
              "distractor_r2": metrics.get("distractor_r2_min", float("nan")),
              "edge_siia": metrics.get("edge_siia_min", float("nan"))}  # nan (not measured) fails
-    floor = {"distractor_r2": distractor_r2}
+    floor = {"distractor_r2": distractor_r2, "edge_siia": edge_criterion}
     return all(value[m] >= floor.get(m, criterion) - 1e-12 for m in judged)

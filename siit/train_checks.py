@@ -30,9 +30,10 @@ def check(trainee: Trainee, s: Setup, config: TrainConfig) -> tuple[dict[str, An
     for name, evaluator in chain:
         metrics = evaluate_trainee(trainee, s, evaluator, edges=False)
         # single edges (hundreds of patched runs) are judged only once every node meets the criterion
-        if meets_criterion({**metrics, "edge_siia_min": 1.0}, judged, config.criterion, config.distractor_r2):
+        floors = (config.criterion, config.distractor_r2, config.edge_criterion)
+        if meets_criterion({**metrics, "edge_siia_min": 1.0}, judged, *floors):
             metrics.update(edge_metrics(trainee, s, evaluator))
-        if not meets_criterion(metrics, judged, config.criterion, config.distractor_r2):
+        if not meets_criterion(metrics, judged, *floors):
             return metrics, False, name
     return metrics, True, name
 

@@ -108,11 +108,13 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
 
 def _strict_edges(s: Setup, batch: int, gen: torch.Generator,
                   emphasis: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor | None]:
-    """(bool [B, U, R] one non-circuit edge per strictness row, long [B] the row whose source
+    """(bool [B, U, R] the non-circuit edges of each strictness row, long [B] the row whose source
     each strictness row takes), or (None, None) without edge-level strictness."""
     if s.non_circuit_edges is None:
         return None, None
-    edges = sample_edges(s.non_circuit_edges, batch, "one", gen, emphasis)
+    # half the rows one edge (lagging ones more often), half each edge w.p. 0.5: one edge at a
+    # time left case 3's edges at SIIA 0.55 when its nodes met the criterion, and 5000 steps to go
+    edges = sample_edges(s.non_circuit_edges, batch, "mixed", gen, emphasis)
     # strictness rows take another row's source: any counterfactual, of any length, must leave
     # the output alone (as eval's resample ablation draws them), not only the pairing's
     return edges, torch.randperm(batch, generator=gen)

@@ -227,7 +227,8 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
     if config.rescale_heads:
         head_scales = rescale_heads(model, s.corr.low, seed=s.case_seed, circuit=s.corr.aligned)
     metrics = train_checks.evaluate_trainee(run.trainee, s, s.final_evaluator)
-    met = run.met and meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2)
+    met = run.met and meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2,
+                                      config.edge_criterion)
     val, train_seqs = set(s.final_evaluator.data.seqs), set(s.train_set.seqs)
     r2 = metrics.get("distractor_r2_per_node", {})
     distractors = [dict(d.to_json(), r2=r2.get(d.node), target_gain=[round(float(g), 6) for g in gain])

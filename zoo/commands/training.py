@@ -208,10 +208,13 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
     if not result.met_criterion:
+        edges = summary["edge_effects"]
+        edge = (f", edge {edges['worst_edge']} effect {edges['max_out_of_circuit_edge_effect']} > bound {edges['bound']}"
+                if result.config.strict_edges and edges.get("exact") is False else "")
         raise CriterionNotMet(
             f"{case.family} {case.id}: criterion {result.config.criterion} not met after {result.steps} steps "
             f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
-            f"SIIA min {summary['siia_min']:.4f}); entry written to {trained.dest} with met_criterion=false")
+            f"SIIA min {summary['siia_min']:.4f}{edge}); entry written to {trained.dest} with met_criterion=false")
     return 0
 
 

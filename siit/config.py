@@ -61,20 +61,21 @@ class TrainConfig:
     """Which non-aligned nodes a strictness row ablates: "one" (one drawn uniformly, Algorithm 1),
     "half" (each w.p. 0.5, Appendix H), "mixed" (half the rows each way); None: the scheme's own."""
     strict_edges: bool = False
-    """Strictness also patches single edges outside the circuit (siit.edges): each strictness row
-    patches non-circuit edges besides its ablated nodes (reader r reads sender u's source value):
-    half the rows one edge, lagging edges drawn more often (siit.edges.EMPHASIS), half the rows
-    each edge w.p. 0.5; from another row's source (any
-    length, as eval's resample draws), and the output must not move; checks then judge every such
-    edge's SIIA too (against edge_criterion), once the nodes meet the criterion. Node-level strictness alone lets a circuit
-    node write along paths the high-level graph lacks, and busy nodes' writes cancel, so single
-    edges move the output (issue 36).
-    Off (the default until the catalogue is retrained with it): the node-level SIIT of the paper."""
+    """Strictness also patches edges outside the circuit (siit.edges): besides its ablated nodes,
+    each strictness row patches non-circuit edges (reader r reads sender u's source value), one
+    edge in half the rows (lagging edges drawn more often, siit.edges.EMPHASIS) and each edge w.p.
+    0.5 in the others, from another row's source (any length, as eval's resample draws); the
+    output must not move. Checks then judge every such edge's SIIA (against edge_criterion) once
+    the nodes meet the criterion. Node-level strictness alone lets a circuit node write along
+    paths the high-level graph lacks, and busy nodes' writes cancel, so single edges move the
+    output (issue 36). Off (the default until the catalogue is retrained with it): the paper's
+    node-level SIIT."""
     edge_criterion: float = 0.999
-    """With strict_edges: every non-circuit edge's SIIA on the validation pairs must reach this
-    (not `criterion`): the entry's gate is exact edge patching on fresh inputs at 0.01
-    (zoo.edge_exactness), and at 1.0 case 3's last edge sat 1-2 positions of 1543 short for
-    thousands of steps; 0.995 keeps half the bound as margin."""
+    """With strict_edges: every non-circuit edge's SIIA on the validation bases (counterfactuals
+    of any length) must reach this, not `criterion`. The entry's gate is exact edge patching on
+    fresh inputs at 0.01 (zoo.edge_exactness). On case 3, 1.0 left its last edge 1-2 positions of
+    1543 short for thousands of steps, and 0.995 passed training but failed the gate at 0.012;
+    0.999 met both (0.0013)."""
     iit_weight: float = 1.0
     """Weight_IIT. 0 together with strict_weight 0 trains a "natural" (behaviour-only) model."""
     strict_weight: float = 0.5

@@ -2,7 +2,8 @@
 
 Pipeline: `low_level_config` + `make_correspondence` (which low-level nodes implement each
 high-level node) -> `train` (IIT, strictness and behaviour losses on interchange interventions,
-Algorithm 1 or Appendix H of InterpBench) -> `validate_model` (per-node effects, ablations).
+Algorithm 1 or Appendix H of InterpBench) -> `validate_model` (per-node effects, ablations; `effect_bounds`: the out-of-circuit
+bound on a fresh sample that resolves it).
 The model (`Transformer`) is pure torch in TransformerLens's parameterisation, so training never
 imports transformer_lens and the saved state dict loads into a HookedTransformer.
 Names are imported on first use (PEP 562), so `import siit.config` - which the CLI does to show
@@ -37,6 +38,7 @@ _EXPORTS = {
     "Transformer": "siit.transformer",
     "init_weights": "siit.transformer",
     "validate_model": "siit.validation",
+    "effect_bounds": "siit.effect_bounds",
 }
 
 __all__ = [
@@ -56,6 +58,7 @@ __all__ = [
     "Transformer",
     "ablation_values",
     "as_task",
+    "effect_bounds",
     "init_weights",
     "interchange",
     "low_level_config",

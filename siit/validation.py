@@ -9,6 +9,10 @@ argmax; regression: moves by the tolerance or more) relative to the unablated mo
 Resample ablation takes the node's activation from the paired source; mean ablation uses the
 per-position mean over the validation set; zero ablation uses zeros. A circuit node whose
 resample effect is 0 is flagged `inert`: it cannot matter on these pairs (REFERENCE.md).
+
+The validation set has about 100 sequences per length, too few to see an effect of 0.01; given the
+task, `effect_bounds` (siit.effect_bounds) proves the out-of-circuit bound on a fresh sample of
+BOUND_N sequences per length, with a Clopper-Pearson upper bound per length, shape and ablation.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from typing import Any
 import torch
 
 from eval.core.device import device_of, device_record
+from siit.effect_bounds import effect_bounds
 from siit.interventions import ablation_values, node_activations
 from siit.losses import agree
 from siit.data import SHAPES
@@ -28,9 +33,11 @@ from siit.transformer import Transformer
 ABLATIONS = ("resample", "mean", "zero")
 
 
-def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
+def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None) -> dict[str, Any]:
     """Metrics, per-node effects and circuit-ablated accuracy of `model` on the validation set, in
-    every input shape the evaluator's data holds (padded, unpadded, partly padded)."""
+    every input shape the evaluator's data holds (padded, unpadded, partly padded); given the
+    high-level `task` (or compiled case), also `effect_bounds`: the out-of-circuit bound proved on a
+    fresh sample that can resolve it (siit.effect_bounds)."""
     corr, data = evaluator.correspondence, evaluator.data
     circuit = set(corr.aligned)
     acts = node_activations(model, data.tokens, data.mask, data.present)
@@ -42,6 +49,7 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
     ]
     outside_rows = [r for r in node_rows if not r["in_circuit"]]
     shapes, lm = effects.shapes, data.label_mask
+    bounds = {} if task is None else {"effect_bounds": effect_bounds(model, evaluator, task)}
     return {
         "schema_version": 2,
         "n_sequences": len(data),
@@ -62,6 +70,7 @@ def validate_model(model: Transformer, evaluator: Evaluator) -> dict[str, Any]:
         "max_out_of_circuit_effect_by_length": {
             str(n): dict(effects.out_by_length[n], n_sequences=int((data.lengths == n).sum()) // max(len(shapes), 1))
             for n in sorted(effects.out_by_length)},
+        **bounds,
         "min_in_circuit_resample_effect": min((r["resample"] for r in node_rows if r["in_circuit"]), default=0.0),
         "accuracy_non_circuit_ablated": effects.ablated_accuracy,
         "inert_circuit_nodes": [r["node"] for r in node_rows if r["inert"]],

@@ -84,8 +84,35 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
     lines += _largest_effect_lines(
         validation.get("max_out_of_circuit_effect_by_length"), "length",
         "per input length (in the input shape where it is largest; n_sequences: validation inputs of that length)")
+    sentence = bound_sentence(validation.get("effect_bounds"))
+    lines += ["", f"Out-of-circuit bound on a fresh sample: {sentence}."] if sentence else []
     lines += _edge_lines(validation.get("edge_effects"))
     return "\n".join(lines)
+
+
+def bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
+    """validation.json's `effect_bounds` (siit.effect_bounds) in one sentence: exact or not, resolved
+    or not, with the worst cell; None for an entry without it. The card and the CLI (markdown=False)
+    print it."""
+    if not isinstance(bounds, dict) or "exact" not in bounds:
+        return None
+    b, c = ("**", "`") if markdown else ("", "")
+    w = bounds.get("worst") if isinstance(bounds.get("worst"), dict) else {}
+    conf = bounds.get("confidence")
+    verdict = (f"{b}exact{b}" if bounds["exact"] else f"{b}NOT exact{b}") + (
+        ", resolved" if bounds.get("resolved") else f", {b}not resolved{b} (an upper bound above it)")
+    where = (f"node {c}{cell(w.get('node'))}{c}, " if w.get("node") else "") + (
+        f"length {cell(w.get('length'))}, {cell(w.get('shape'))} inputs, {cell(w.get('ablation'))} ablation, "
+        f"{cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} sequences changed")
+    return (f"{verdict} at bound {_fine(bounds.get('bound'))}: largest out-of-circuit node effect "
+            f"{_fine(bounds.get('max_effect'))}, largest {f'{conf:.0%}' if isinstance(conf, float) else '-'} upper "
+            f"bound {_fine(bounds.get('max_upper_95'))} ({cell(bounds.get('n_per_length'))} fresh sequences per "
+            f"input length and shape, the sequence as unit; worst: {where})")
+
+
+def _fine(value: Any) -> str:
+    """A bound-sized figure: 4 decimals (0.00994 is not 0.010)."""
+    return f"{value:.4f}" if isinstance(value, float) else cell(value)
 
 
 def _edge_lines(edges: Any) -> list[str]:
@@ -105,8 +132,13 @@ def _edge_lines(edges: Any) -> list[str]:
                    f"{cell(edges.get('bound'))} of labelled positions ({shown}). The node-level circuit holds "
                    "(above); which paths between nodes the model uses does not match the labelled edges, so "
                    "score edge-level methods on this entry with care")
-    return ["", f"Edge-level ground truth ({cell(edges.get('n'))} inputs, each q/k/v edge patched alone, resample; "
-            f"resolution about {cell(edges.get('resolution'))}): {verdict}. Circuit edges: smallest effect "
+    if "upper_95" in edges:  # the sequence as unit (entries before it printed a rule of three over positions)
+        seen = (f"95% upper bound {_fine(edges.get('upper_95'))} on the inputs a non-circuit edge changes, "
+                f"{'resolved' if edges.get('resolved') else 'not resolved'}")
+    else:
+        seen = f"resolution about {cell(edges.get('resolution'))}"
+    return ["", f"Edge-level ground truth ({cell(edges.get('n'))} padded inputs, each q/k/v edge patched alone, "
+            f"resample; {seen}): {verdict}. Circuit edges: smallest effect "
             f"{cell(edges.get('min_circuit_edge_effect'))}, median {cell(edges.get('median_circuit_edge_effect'))}."]
 
 

@@ -11,18 +11,27 @@ reports that. It decides met_criterion only for entries trained with edge-level 
 (TrainConfig.strict_edges, `zoo train --strict-edges`; zoo.train_entry.with_edge_verdict): an
 entry trained without it and `exact: false` has a node-level ground truth that holds and an
 edge-level one that patching contradicts. Run on siit.transformer.Transformer (TransformerLens's hook protocol,
-no transformer_lens import), padded inputs only; models with more than EDGE_LIMIT q/k/v edges are
-skipped (tests/benchmarks/bench_edge_exactness.py measures any entry)."""
+no transformer_lens import), padded inputs only (eval's patching task, eval.patching.task, builds
+padded inputs; the node-level bound covers every shape, siit.effect_bounds); models with more than
+EDGE_LIMIT q/k/v edges are skipped (tests/benchmarks/bench_edge_exactness.py measures any entry).
+
+What the sample can see: the positions of one input are not independent draws, so the unit is the
+input sequence. `upper_95` is the one-sided 95% Clopper-Pearson bound (eval.core.proportion_bound)
+on the fraction of inputs on which a non-circuit edge changes any output, from the most such inputs
+any non-circuit edge changed (500 inputs, none changed: 0.006); `resolved` when it is <= the bound.
+It bounds the fraction of inputs, not of positions: pooled over lengths, an edge that only moves
+long inputs can move a larger share of positions than of inputs."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
 
 EDGE_N = 500
-"""Clean inputs (and as many counterfactuals): an edge that never moves an output on n·p labelled
-positions has effect below about 3 / (n·p) at 95% (rule of three), printed as `resolution`."""
+"""Clean inputs (and as many counterfactuals): an edge that changes no output on any of them moves
+at most 0.006 of the inputs at 95% (`upper_95`, the sequence as unit)."""
 EDGE_SEED = 7
 """Seed of those inputs: not the validation set's, nor `zoo eval`'s default."""
 EDGE_BOUND = 0.01
@@ -40,6 +49,7 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
 
     from eval.core.circuit import Circuit
     from eval.core.graph import graph_of
+    from eval.core.proportion_bound import upper_bound
     from eval.methods.edge_patching import logit_movement, patched_metrics
     from eval.patching.ablation import make_context
     from eval.patching.task import make_task
@@ -60,8 +70,9 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     ctx = make_context(model, task, graph)
     with torch.no_grad():
         clean = ctx.forward()
-    effect = dict(zip(edges, (float(v) for v in patched_metrics(
-        ctx, [{e: 1.0} for e in edges], changed_fraction(task, clean, tolerance or 0.05), max_rows=4096))))
+    stats = patched_metrics(ctx, [{e: 1.0} for e in edges], changes(task, clean, tolerance or 0.05), max_rows=4096)
+    effect = dict(zip(edges, (float(v) for v in stats[:, 0]))) if len(edges) else {}
+    changed = dict(zip(edges, (int(v) for v in stats[:, 1]))) if len(edges) else {}
     moved = logit_movement(ctx, edges, max_rows=4096)
     labelled = {tuple(e) for e in Circuit.from_json(circuit_json).promoted().edges}
     inside = [e for e in edges if (e[0], e[1].split("<")[0]) in labelled]
@@ -69,9 +80,11 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     worst = max(outside, key=effect.get, default=None)
     worst = worst if worst is not None and effect[worst] > 0 else None  # no edge moved anything: none is worst
     positions = int(task.positions.sum())
+    k = max((changed[e] for e in outside), default=0)
+    upper = math.ceil(upper_bound(k, n) * 1e6) / 1e6
     above = sorted((e for e in outside if effect[e] > bound), key=lambda e: -effect[e])
-    return {**head, "labelled_positions": positions, "resolution": round(3 / max(positions, 1), 6),
-            "exact": not above,
+    return {**head, "labelled_positions": positions, "max_out_of_circuit_changed_sequences": k, "upper_95": upper,
+            "resolved": upper <= bound, "exact": not above,
             "max_out_of_circuit_edge_effect": round(effect[worst], 6) if worst else 0.0,
             "worst_edge": f"{worst[0]}->{worst[1]}" if worst else None,
             "out_of_circuit_edges_above_bound": [[f"{s}->{d}", round(effect[(s, d)], 6)] for s, d in above],
@@ -80,19 +93,25 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
             "max_out_of_circuit_logit_change": round(max((moved[e] for e in outside), default=0.0), 4),
             "median_circuit_logit_change": round(statistics.median(moved[e] for e in inside), 4) if inside else None,
             "definition": "fraction of labelled positions whose output changes (regression: by >= tolerance) when "
-                          "the edge alone is patched to its counterfactual value; logit change: the largest "
-                          "|logit change| at a labelled position"}
+                          "the edge alone is patched to its counterfactual value, on padded inputs; upper_95: "
+                          "95% Clopper-Pearson bound on the fraction of inputs on which a non-circuit edge "
+                          "changes any output (the input as unit); logit change: the largest |logit change| at "
+                          "a labelled position"}
 
 
-def changed_fraction(task: Any, clean: Any, tolerance: float):
-    """Metric of one block of patched logits: the fraction of labelled positions whose output
-    moved, by the rule validation's node effects use (siit.losses.agree)."""
+def changes(task: Any, clean: Any, tolerance: float):
+    """Metric of one block of patched logits: [the fraction of labelled positions whose output
+    moved, by the rule validation's node effects use (siit.losses.agree); the number of inputs
+    with any moved position]."""
     from siit.losses import agree, predictions
 
     pos, kind = task.positions, task.task_kind
     before = predictions(clean, kind)
 
     def metric(logits: Any) -> Any:
-        return (~agree(predictions(logits, kind), before, kind, tolerance))[pos].float().mean()
+        import torch
+
+        moved = ~agree(predictions(logits, kind), before, kind, tolerance) & pos
+        return torch.stack([moved[pos].float().mean(), moved.any(dim=1).float().sum()])
 
     return metric

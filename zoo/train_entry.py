@@ -116,8 +116,8 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     config = with_task_defaults(options.config, compiled, lr_given=options.lr_given)
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
-    validation = with_patching_checks(validate_model(result.model, result.evaluator), compiled, result)
-    result = with_edge_verdict(result, validation)
+    validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled), compiled, result)
+    result = with_bound_verdict(with_edge_verdict(result, validation), validation)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
     return TrainedEntry(dest, result, validation, entry_summary(case, dest, result, validation))
@@ -166,8 +166,8 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
         checkpoint = None
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint, resume=options.resume,
                    device=torch.device(options.device))
-    validation = with_patching_checks(validate_model(result.model, result.evaluator), compiled, result)
-    result = with_edge_verdict(result, validation)
+    validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled), compiled, result)
+    result = with_bound_verdict(with_edge_verdict(result, validation), validation)
     with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
         dest = write_entry_files(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,
                                  command=["zoo", "train", "case", case_id, *options.flags])
@@ -239,6 +239,22 @@ def with_edge_verdict(result, validation: dict[str, Any]):
     return result
 
 
+def with_bound_verdict(result, validation: dict[str, Any]):
+    """The training result, failed if validation.json's `effect_bounds` (siit.effect_bounds: fresh
+    sequences per length, every input shape) sees an out-of-circuit node move more than the bound
+    at some length, shape and ablation: the node-level ground truth does not hold there. A sample
+    that sees no effect above the bound but does not resolve it (an upper_95 above it) passes,
+    and the card says "not resolved"."""
+    bounds = validation.get("effect_bounds")
+    if bounds and result.met_criterion and not bounds["exact"]:
+        w = bounds["worst"]
+        print(f"zoo: node {w['node']} moves {w['effect']} of the outputs at input length {w['length']} "
+              f"({w['shape']} inputs, {w['ablation']} ablation, {w['changed_sequences']} of {w['n_sequences']} "
+              f"fresh sequences; bound {bounds['bound']}): the node-level ground truth fails", file=sys.stderr)
+        return dataclasses.replace(result, met_criterion=False)
+    return result
+
+
 def met_criterion(entry_dir: Path) -> bool:
     """Whether `entry_dir` holds a readable entry that nothing says failed: its training met its
     criterion, or it has no training.json (a pulled or hand-made entry, which loads and pulls as
@@ -267,6 +283,8 @@ def entry_summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[
         "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
         "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
         "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
+        "effect_bounds": {k: (validation.get("effect_bounds") or {}).get(k) for k in (
+            "exact", "resolved", "max_effect", "max_upper_95", "bound", "confidence", "n_per_length", "worst")},
         "edge_effects": {k: (validation.get("edge_effects") or {}).get(k) for k in (
             "exact", "max_out_of_circuit_edge_effect", "worst_edge", "bound", "skipped")},
         "distractor_r2_min": m.get("distractor_r2_min"),

@@ -73,7 +73,7 @@ def revalidate_entry(case, dest: Path, root: str | None, *, device: str = "cpu")
     from zoo.edge_exactness import edge_section
     from zoo.inert_edges import inert_section
 
-    validation = validate_model(model, setup.final_evaluator)
+    validation = validate_model(model, setup.final_evaluator, compiled)
     validation = {**validation,
                   "inert_edges": inert_section(entry.config, entry.state_dict, entry.circuit_json, compiled),
                   "edge_effects": edge_section(entry.config, entry.state_dict, entry.circuit_json, compiled,

@@ -13,9 +13,9 @@ two circuit nodes that the high-level graph lacks, is a non-circuit edge and sho
 this benchmark's n, seed and bound, and no edge limit): the largest non-circuit effect and its edge,
 the edges above the bound, the circuit edges' smallest and median effects, and the largest |logit
 change| of a non-circuit edge beside the circuit edges' median. Inputs: the case's sampler (seed --seed, counterfactuals
-seed + 1000003), padded to n_ctx; the other input shapes are not measured here. With n inputs of
-p labelled positions, an effect of 0.01 is about 0.01·n·p changed positions; a fraction never seen
-is bounded above by about 3 / (n·p) (rule of three), printed per entry as `resolution`.
+seed + 1000003), padded to n_ctx; the other input shapes are not measured here. The positions of one
+input are not independent, so the input is the unit: `upper_95` is the 95% Clopper-Pearson bound
+on the fraction of inputs a non-circuit edge changes (n inputs, none changed: 1 - 0.05^(1/n)).
 """
 
 from __future__ import annotations

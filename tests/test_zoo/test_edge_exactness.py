@@ -15,7 +15,9 @@ def test_the_compiled_models_own_graph_is_edge_exact(compiled):
     assert section["out_of_circuit_edges_above_bound"] == []
     assert section["max_out_of_circuit_edge_effect"] <= EDGE_BOUND
     assert section["median_circuit_edge_effect"] > 0.1  # the labelled edges do move the output
-    assert section["resolution"] < EDGE_BOUND  # the sample can see an effect of the bound
+    # the sample can see an effect of the bound, with the input (not the position) as unit
+    assert section["max_out_of_circuit_changed_sequences"] == 0
+    assert section["upper_95"] < EDGE_BOUND and section["resolved"] is True
 
 
 def test_an_unlabelled_edge_the_model_uses_makes_the_entry_not_exact(compiled):
@@ -30,6 +32,9 @@ def test_an_unlabelled_edge_the_model_uses_makes_the_entry_not_exact(compiled):
     assert section["worst_edge"] == "a1.h0->logits"
     assert section["max_out_of_circuit_edge_effect"] > 0.5
     assert [e for e, _ in section["out_of_circuit_edges_above_bound"]] == ["a1.h0->logits"]
+    # most inputs change: the bound lies above the fraction seen, far above EDGE_BOUND (not resolved)
+    k, n = section["max_out_of_circuit_changed_sequences"], section["n"]
+    assert k > n // 2 and section["upper_95"] >= k / n and section["resolved"] is False
 
 
 def test_too_many_edges_are_skipped_with_a_reason(compiled, monkeypatch):

@@ -39,7 +39,7 @@ def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict]:
     root = tmp_path_factory.mktemp("planted-root")
     task = get_planted(NAME)
     result = train(task, TrainConfig(**TEST_SIZE), ArchConfig(d_head=8))
-    validation = with_patching_checks(validate_model(result.model, result.evaluator), task, result)
+    validation = with_patching_checks(validate_model(result.model, result.evaluator, task), task, result)
     dest = _write(root / "entries" / ENTRY, task, result=result, validation=validation,
                   command=["zoo", "train", "planted", NAME])
     return root, _summary(task.case, dest, result, validation)

@@ -211,6 +211,10 @@ def run_train(args: argparse.Namespace) -> int:
         edges = summary["edge_effects"]
         edge = (f", edge {edges['worst_edge']} effect {edges['max_out_of_circuit_edge_effect']} > bound {edges['bound']}"
                 if result.config.strict_edges and edges.get("exact") is False else "")
+        bounds, w = summary["effect_bounds"], summary["effect_bounds"].get("worst") or {}
+        if bounds.get("exact") is False:
+            edge += (f", node {w['node']} effect {w['effect']} > bound {bounds['bound']} at length {w['length']} "
+                     f"({w['shape']}, {w['ablation']})")
         raise CriterionNotMet(
             f"{case.family} {case.id}: criterion {result.config.criterion} not met after {result.steps} steps "
             f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
@@ -273,7 +277,11 @@ def _print_summary(s: dict[str, Any]) -> None:
     by_length = s["max_out_of_circuit_effect_by_length"]
     worst = {k: max(v[k] for v in by_length.values()) for k in ("resample", "mean")}
     print(f"  ... at any one input length ({min(by_length, key=int)}-{max(by_length, key=int)}): "
-          f"resample {worst['resample']:.4f}, mean {worst['mean']:.4f}")
+          f"resample {worst['resample']:.4f}, mean {worst['mean']:.4f} (validation set)")
+    from zoo.card import bound_sentence
+
+    if sentence := bound_sentence(s.get("effect_bounds"), markdown=False):
+        print(f"  out-of-circuit bound: {sentence}")
     edges = s.get("edge_effects") or {}
     if edges.get("skipped"):
         print(f"  edge-level ground truth: not measured ({edges['skipped']})")

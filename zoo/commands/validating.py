@@ -38,6 +38,8 @@ def run_validate(args: argparse.Namespace) -> int:
            "max_out_of_circuit_effect_by_shape": validation["max_out_of_circuit_effect_by_shape"],
            "max_out_of_circuit_effect_by_length": validation["max_out_of_circuit_effect_by_length"],
            "accuracy_non_circuit_ablated": validation["accuracy_non_circuit_ablated"],
+           "effect_bounds": {k: v for k, v in (validation.get("effect_bounds") or {}).items()
+                             if k not in ("definition", "by_length")},
            "edge_effects": {k: v for k, v in validation["edge_effects"].items() if k != "definition"},
            "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}}
     if args.json:
@@ -52,6 +54,10 @@ def run_validate(args: argparse.Namespace) -> int:
         print("  largest out-of-circuit effect per input length: " + ", ".join(
             f"{n}: {v['resample']:.3f}/{v['mean']:.3f}" for n, v in validation["max_out_of_circuit_effect_by_length"].items())
             + " (resample/mean)")
+        from zoo.card import bound_sentence
+
+        if sentence := bound_sentence(validation.get("effect_bounds"), markdown=False):
+            print(f"  out-of-circuit bound: {sentence}")
         edges = validation["edge_effects"]
         if "skipped" in edges:
             print(f"  edge-level ground truth: not measured ({edges['skipped']})")

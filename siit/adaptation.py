@@ -13,14 +13,13 @@ an emphasis and four lr cycles). Before giving up, training adapts, in this orde
    restarts, where the plain schedule met the criterion), a new learning-rate cycle starts at half the current
    cycle's starting lr and moves linearly to the base schedule's final lr (lr_final_factor x lr)
    over the steps that are left: a warm restart when the decayed lr had fallen below its start, a
-   drop (as in PyTorch's ReduceLROnPlateau) when it had not. There is no floor: once restarts have
-   halved the start below the final lr (the third restart at the default factor 0.2), a cycle
-   rises from its start towards the final lr instead of decaying. A run that stalls for thousands
-   of steps ends with cycles that start near zero (gen-0-4 at lr 0.01: starts down to 1e-11 by
-   step 8000, each 200-step cycle rising to between 2e-4 and 2e-3). Flooring the start at the
-   final lr did not change the outcome there (gen-0-4's IIA min over the shapes, floored against
-   not: .9718 against .9733 at d_model 16, .9867 against .9831 at 32; all short): the schedule
-   stays.
+   drop (as in PyTorch's ReduceLROnPlateau) when it had not. Once restarts have halved the start
+   below the final lr (the third restart at the default factor 0.2), a cycle rises from its start
+   towards the final lr instead of decaying. The start is floored at LR_FLOOR x lr (1e-4 at the
+   default 0.01): without a floor a run that stalls for thousands of steps ended with cycles that
+   start near zero (gen-0-4 at lr 0.01: starts down to 1e-11 by step 8000). Flooring at the final
+   lr did not change gen-0-4's outcome (IIA min .9718 against .9733 at d_model 16); with
+   edge-level strictness, cycles at 1e-12 left cases 20 and 26 short.
 3. extension: when the budget runs out first, it grows by `extension` x the configured budget (at
    most `max_extensions` times), with an lr restart; only if the run has come within `reach` of
    the criterion (at its best validation, not only its last: case 11's distractor R² dipped from
@@ -71,6 +70,12 @@ class AdaptState:
     """What was done: {"step", "action", "reason", ...}, in order."""
     trail: tuple[tuple[int, float], ...] = ()
     """(step, best) at every validation that set a new best: how far the run came over any span."""
+    edge_siia: float | None = None
+    """The lowest non-circuit edge SIIA at the last check that measured edges (edge-level
+    strictness). A check whose nodes dip below the criterion measures no edges; without this,
+    such a check's worst metric (a node at .9994) set a best that the edges (.96) never beat, and
+    every later check counted as a stall: case 11 restarted the lr down to 4e-5 with its last
+    edge lagging."""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
@@ -125,8 +130,19 @@ def node_weights(state: AdaptState, metrics: dict[str, Any] | None, high_nodes: 
     return (0.5 * uniform + 0.5 * deficit / deficit.sum()).float()
 
 
+def with_edges(state: AdaptState, metrics: dict[str, Any]) -> tuple[AdaptState, dict[str, Any]]:
+    """(state remembering this check's edge SIIA, metrics with the last measured edge SIIA where
+    this check measured none): the edges lag until a check shows otherwise."""
+    if metrics.get("edge_siia_min") is not None:
+        return dataclasses.replace(state, edge_siia=float(metrics["edge_siia_min"])), metrics
+    if state.edge_siia is None:
+        return state, metrics
+    return state, {**metrics, "edge_siia_min": state.edge_siia}
+
+
 def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any]) -> AdaptState:
     """Track the best worst-metric; on a stall, emphasise lagging nodes, then restart the lr."""
+    state, metrics = with_edges(state, metrics)
     worst = worst_metric(metrics, config)
     if worst > state.best + config.stall_tolerance:
         return dataclasses.replace(state, best=worst, since_best=0, trail=state.trail + ((step, worst),))
@@ -146,6 +162,7 @@ def extend(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str,
     (at the best validation so far: the last one can dip) or still rising; None: give up."""
     if not config.adaptive or state.extensions >= config.max_extensions or metrics is None:
         return None
+    state, metrics = with_edges(state, metrics)
     worst = worst_metric(metrics, config)
     best = max(worst, state.best)
     gain = rise(state, config, step)
@@ -183,9 +200,15 @@ def _within_reach(worst: float, config: TrainConfig) -> bool:
     return max(worst, 0.0) >= 1.0 - config.reach  # reach 1: always
 
 
+LR_FLOOR = 0.01
+"""A restart's starting lr never falls below LR_FLOOR x lr: halving at every stall took case 26's
+and case 20's cycles (edge-level strictness) to 1e-12 and 2e-8, where nothing moves; their last
+lagging edges and IIA (.9989) then stayed short until the budget ran out."""
+
+
 def _restart(state: AdaptState, config: TrainConfig, step: int, reason: str,
              action: Action = "lr_restart") -> AdaptState:
-    lr = 0.5 * state.cycle_lr
+    lr = max(0.5 * state.cycle_lr, LR_FLOOR * config.lr)
     return _act(dataclasses.replace(state, cycle_start=step, cycle_lr=lr), step, action, reason, lr=lr)
 
 

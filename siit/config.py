@@ -63,10 +63,11 @@ class TrainConfig:
     strict_edges: bool = False
     """Strictness also patches edges outside the circuit (siit.edges): besides its ablated nodes,
     each strictness row patches non-circuit edges (reader r reads sender u's source value), one
-    edge in half the rows (lagging edges drawn more often, siit.edges.EMPHASIS) and each edge w.p.
-    0.5 in the others, from another row's source (any length, as eval's resample draws); the
+    edge in half the rows (lagging edges drawn more often, siit.edges.edge_weights) and each edge
+    w.p. 0.5 in the others, from another row's source (any length, as eval's resample draws); the
     output must not move. Checks then judge every such edge's SIIA (against edge_criterion) once
-    the nodes meet the criterion. Node-level strictness alone lets a circuit node write along
+    the nodes meet the criterion. Only the readers learn from edge patches (the differences are
+    detached). Node-level strictness alone lets a circuit node write along
     paths the high-level graph lacks, and busy nodes' writes cancel, so single edges move the
     output (issue 36). Off (the default until the catalogue is retrained with it): the paper's
     node-level SIIT."""

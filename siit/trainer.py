@@ -162,7 +162,7 @@ def _start(s: Setup, config: TrainConfig, checkpoint_dir: Path | None, resume: b
         run.met = bool(run.history) and run.history[-1]["met_criterion"]
         run.metrics = run.history[-1]["metrics"] if run.history else None
     run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
-    run.edge_emphasis = _edge_emphasis(s, run.metrics)
+    run.edge_emphasis = _edge_emphasis(s, run.history)
     run.start = time.perf_counter()
     return run
 
@@ -194,15 +194,19 @@ def _loop(run: _Run, s: Setup, config: TrainConfig, task_kind: str, progress: Pr
                 raise TrainingInterrupted(f"training interrupted at step {run.step}")
 
 
-def _edge_emphasis(s: Setup, metrics: dict[str, Any] | None) -> torch.Tensor | None:
+def _edge_emphasis(s: Setup, history: list[dict[str, Any]]) -> torch.Tensor | None:
+    """Edge draw weights from the last check that measured the edges: a check whose nodes dip
+    below the criterion measures none (siit.train_checks), and forgetting the lagging edges then
+    left them uniform for the next 25 steps (case 20: every other check)."""
+    measured = next((h["metrics"] for h in reversed(history) if "edges_below_1" in (h["metrics"] or {})), None)
     layout = EdgeLayout(s.low_config["n_layers"], s.low_config["n_heads"])
-    return edge_weights(layout, s.non_circuit_edges, metrics)
+    return edge_weights(layout, s.non_circuit_edges, measured)
 
 
 def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
     """A periodic check, what it changes in the schedule, its history record and a checkpoint."""
-    run.metrics, run.met, checked = train_checks.check(run.trainee, s, config)
-    run.edge_emphasis = _edge_emphasis(s, run.metrics)
+    lagging = train_checks.lagging_edges(run.history, config)
+    run.metrics, run.met, checked = train_checks.check(run.trainee, s, config, lagging)
     if not run.met:
         run.adapt = adaptation.after_validation(run.adapt, config, run.step, run.metrics)
         run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
@@ -210,6 +214,7 @@ def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
                         "lr": run.optimizer.lr, "losses": run.losses, "metrics": run.metrics,
                         "checked_on": checked, "met_criterion": run.met, "seconds": round(run.elapsed(), 3),
                         "device": str(s.device)})  # a resumed run may continue on another device
+    run.edge_emphasis = _edge_emphasis(s, run.history)
     _checkpoint(run, s, config)
 
 

@@ -297,7 +297,10 @@ class _Edges:
         self.a, self.b = patch.edge_rows or (0, B)
         self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
         self.n = B
-        self.diffs = [self._rows(patch.input_values) - x[self.a : self.b]]  # per sender [b - a, T, d]
+        # differences carry no gradient: edge strictness teaches readers to ignore what they must
+        # not read, not senders to stop varying (through them it flattened case 29's busy nodes,
+        # distractor R² stuck at 0.78); node strictness still reaches the senders
+        self.diffs = [(self._rows(patch.input_values) - x[self.a : self.b]).detach()]  # per sender [b - a, T, d]
 
     def _rows(self, values: torch.Tensor) -> torch.Tensor:
         """The replacement values of the edge rows (Patch.values' row r mod b rule)."""
@@ -305,7 +308,7 @@ class _Edges:
 
     def wrote(self, values: torch.Tensor, out: torch.Tensor) -> None:
         """Senders of one kind just written: values [b, T, n, d] (replacements), out [B, T, n, d]."""
-        self.diffs += list((self._rows(values) - out[self.a : self.b]).unbind(2))
+        self.diffs += list((self._rows(values) - out[self.a : self.b]).detach().unbind(2))
 
     def _delta(self, readers: slice) -> torch.Tensor:
         """[rows, T, r, d]: what each reader of `readers` adds to the residual stream it reads."""

@@ -51,6 +51,30 @@ def test_a_stall_first_emphasises_then_restarts_the_learning_rate() -> None:
     assert adaptation.learning_rate(state, config, state.budget - 1) == pytest.approx(config.lr * config.lr_final_factor)
 
 
+def test_restarts_never_start_below_the_floor() -> None:
+    config = TrainConfig(patience=1)
+    state = adaptation.after_validation(adaptation.start(config), config, 0, _metrics({"a": 0.99}))
+    for i in range(1, 40):
+        state = adaptation.after_validation(state, config, 25 * i, _metrics({"a": 0.99}))
+    restarts = [a["lr"] for a in state.actions if a["action"] == "lr_restart"]
+    assert len(restarts) > 10 and restarts[:3] == pytest.approx([config.lr / 2, config.lr / 4, config.lr / 8])
+    assert min(restarts) == pytest.approx(adaptation.LR_FLOOR * config.lr)
+
+
+def test_a_check_that_measured_no_edges_keeps_the_last_edge_siia() -> None:
+    config = TrainConfig(patience=2, strict_edges=True)
+    with_edges = {**_metrics({"a": 1.0}), "edge_siia_min": 0.96}
+    nodes_dip = _metrics({"a": 0.9994})  # nodes short: the check measured no edges
+    state = adaptation.after_validation(adaptation.start(config), config, 25, with_edges)
+    assert state.best == pytest.approx(0.96 / config.edge_criterion) and state.edge_siia == 0.96
+    state = adaptation.after_validation(state, config, 50, nodes_dip)
+    # the dip is no new best: the edges still lag at .96 (before, .9994 became the best)
+    assert state.best == pytest.approx(0.96 / config.edge_criterion) and state.since_best == 1
+    state = adaptation.after_validation(state, config, 75, {**with_edges, "edge_siia_min": 0.98})
+    assert state.best == pytest.approx(0.98 / config.edge_criterion) and state.since_best == 0
+    assert AdaptState.from_json(state.to_json()) == state
+
+
 def test_progress_resets_the_stall_count_and_adaptive_false_never_acts() -> None:
     config = TrainConfig(patience=2)
     state = adaptation.start(config)

@@ -12,7 +12,7 @@ import torch
 from siit.config import TrainConfig
 from siit.edges import EdgeLayout, edge_weights
 from siit.export import circuit_json, config_from_training_json
-from siit.train_checks import edge_metrics
+from siit.train_checks import _edges_in_two_steps, edge_metrics, lagging_edges
 from siit.train_setup import prepare
 from siit.trainer import train
 from zoo.edge_exactness import edge_section
@@ -44,8 +44,14 @@ def test_lagging_edges_are_drawn_more_often() -> None:
     nc = layout.valid()
     names = [f"{a}->{b}" for a, b in layout.names(nc)]
     w = edge_weights(layout, nc, {"edges_below_1": {names[3]: 0.5}})
-    assert w[3] == max(w) and (w[torch.arange(len(w)) != 3] == 1).all()
+    others = w[torch.arange(len(w)) != 3]
+    # half the draws uniform, the other half to the one lagging edge
+    assert torch.allclose(others, torch.full_like(others, 0.5 / len(w)))
+    assert abs(float(w[3]) - (0.5 + 0.5 / len(w))) < 1e-6 and abs(float(w.sum()) - 1.0) < 1e-6
+    w = edge_weights(layout, nc, {"edges_below_1": {names[3]: 0.5, names[5]: 0.9}})
+    assert abs(float(w[3] - w[0]) / float(w[5] - w[0]) - 5.0) < 1e-4  # in proportion to the shortfall
     assert edge_weights(layout, nc, {"edges_below_1": {}}) is None
+    assert edge_weights(layout, nc, {"edges_below_1": {names[3]: 1.0}}) is None
 
 
 def test_trained_case_33_meets_every_edge_and_validation_agrees(compiled) -> None:
@@ -68,6 +74,18 @@ def test_an_untrained_model_has_lagging_edges(compiled) -> None:
     trainee = SimpleNamespace(model=model_only.model)
     out = edge_metrics(trainee, s, s.evaluator)
     assert out["edge_siia_min"] < 1.0 and out["worst_edge"] in out["edges_below_1"]
+    assert out["edges_checked"] == "all"
+    # a later check measures the lagging edges alone while one of them lags, then every edge
+    history = [{"metrics": {"accuracy": 1.0}}, {"metrics": out}, {"metrics": {"edges_checked": "lagging"}}]
+    lagging = lagging_edges(history, config)
+    assert lagging and set(lagging) == {n for n, v in out["edges_below_1"].items() if v < config.edge_criterion}
+    part = _edges_in_two_steps(trainee, s, s.evaluator, config, lagging)
+    assert part["edges_checked"] == "lagging" and part["edge_siia_min"] == out["edge_siia_min"]
+    assert set(part["edges_below_1"]) == set(lagging)
+    layout = EdgeLayout(s.low_config["n_layers"], s.low_config["n_heads"])
+    passing = [f"{a}->{b}" for a, b in layout.names(s.non_circuit_edges) if f"{a}->{b}" not in out["edges_below_1"]]
+    assert _edges_in_two_steps(trainee, s, s.evaluator, config, passing[:2]) == out  # none lags: every edge
+    assert lagging_edges([{"metrics": {"accuracy": 1.0}}], config) is None
 
 
 def test_an_inexact_edge_fails_an_entry_trained_with_edges_only() -> None:

@@ -41,7 +41,7 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
                       "rule": "accuracy, every high-level node's IIA and every SIIA (each non-aligned "
                               "node alone and all at once) >= value on the validation set"
                               + ("; with strict_edges also every non-circuit edge's SIIA (patched alone) >= "
-                                 f"{cfg.edge_criterion}, and validation.json's edge_effects exact" if cfg.strict_edges else "")},
+                                 f"{cfg.edge_criterion}, and validation.json's edge_effects exact" if cfg.trains_edges else "")},
         "config": cfg.to_json(),
         **({} if result.last_position_weight == 1.0 else {"loss": {
             "last_position_weight": result.last_position_weight,

@@ -103,7 +103,7 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
                                         train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal).to(device)
     non_circuit_edges = None
-    if config.strict_edges and config.strict_weight > 0:
+    if config.trains_edges:
         layout = EdgeLayout(low_config["n_layers"], low_config["n_heads"])
         non_circuit_edges = layout.non_circuit(corr.map_circuit(task.graph).edges)
     circuit_slots = torch.tensor([corr.low.slot(n) for n in corr.aligned], dtype=torch.long, device=device).reshape(-1, 2)

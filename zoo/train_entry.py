@@ -232,7 +232,7 @@ def with_edge_verdict(result, validation: dict[str, Any]):
     edge above the bound: such an entry claims edge-level ground truth that patching contradicts.
     Entries trained without it report `edge_effects` only (the node-level ground truth holds)."""
     edges = validation.get("edge_effects") or {}
-    if result.config.strict_edges and result.met_criterion and not edges.get("skipped") and not edges.get("exact"):
+    if result.config.trains_edges and result.met_criterion and not edges.get("skipped") and not edges.get("exact"):
         print(f"zoo: edge {edges.get('worst_edge')} moves {edges.get('max_out_of_circuit_edge_effect')} of the "
               f"outputs (bound {edges.get('bound')}): the edge-level ground truth fails", file=sys.stderr)
         return dataclasses.replace(result, met_criterion=False)
@@ -246,7 +246,8 @@ def with_bound_verdict(result, validation: dict[str, Any]):
     that sees no effect above the bound but does not resolve it (an upper_95 above it) passes,
     and the card says "not resolved"."""
     bounds = validation.get("effect_bounds")
-    if bounds and result.met_criterion and not bounds["exact"]:
+    # an IIT-only or natural model (no strictness) claims no node-level bound: its other nodes may matter
+    if bounds and result.met_criterion and result.config.strict_weight > 0 and not bounds["exact"]:
         w = bounds["worst"]
         print(f"zoo: node {w['node']} moves {w['effect']} of the outputs at input length {w['length']} "
               f"({w['shape']} inputs, {w['ablation']} ablation, {w['changed_sequences']} of {w['n_sequences']} "

@@ -94,7 +94,10 @@ def test_an_inexact_edge_fails_an_entry_trained_with_edges_only() -> None:
                             "bound": 0.01}}
     fake = dataclasses.make_dataclass("R", [("config", object), ("met_criterion", bool)], frozen=True)
     assert with_edge_verdict(fake(TrainConfig(strict_edges=True), True), bad).met_criterion is False
-    assert with_edge_verdict(fake(TrainConfig(), True), bad).met_criterion is True
+    assert with_edge_verdict(fake(TrainConfig(strict_edges=False), True), bad).met_criterion is True
+    natural = TrainConfig(iit_weight=0.0, strict_weight=0.0, strict_edges=True)  # no strictness rows
+    assert natural.strict_edges and not natural.trains_edges
+    assert with_edge_verdict(fake(natural, True), bad).met_criterion is True
     good = {"edge_effects": {"exact": True}}
     assert with_edge_verdict(fake(TrainConfig(strict_edges=True), True), good).met_criterion is True
     skipped = {"edge_effects": {"skipped": "32491 q/k/v edges > 5000"}}
@@ -119,3 +122,13 @@ def test_edges_are_judged_against_their_own_floor() -> None:
     assert meets_criterion(m, judged, 1.0, edge_criterion=0.999)
     assert not meets_criterion(m, judged, 1.0, edge_criterion=1.0)
     assert not meets_criterion({**m, "edge_siia_min": float("nan")}, judged, 1.0, edge_criterion=0.999)
+
+
+def test_half_rows_patch_at_most_many_edges_on_average() -> None:
+    from siit.edges import MANY_EDGES, sample_edges
+
+    gen = torch.Generator().manual_seed(0)
+    small, large = EdgeLayout(2, 4).valid(), EdgeLayout(4, 4).valid()  # 110 and 479 edges
+    per_row = lambda nc: sample_edges(nc, 512, "half", gen).sum(dim=(1, 2)).double().mean()  # noqa: E731
+    assert abs(float(per_row(small)) - 0.5 * int(small.sum())) < 2.0  # small models keep p = 0.5
+    assert abs(float(per_row(large)) - MANY_EDGES) < 3.0 and MANY_EDGES < 0.5 * int(large.sum())

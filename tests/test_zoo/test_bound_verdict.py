@@ -49,6 +49,7 @@ def _section(cc, setup, model, monkeypatch, *, every_position: bool) -> dict:
 @dataclasses.dataclass(frozen=True)
 class _Result:
     met_criterion: bool
+    config: TrainConfig = TrainConfig()
 
 
 def test_a_node_moving_two_percent_of_one_length_fails_the_entry(setup_33, monkeypatch, capsys):
@@ -66,6 +67,9 @@ def test_a_node_moving_two_percent_of_one_length_fails_the_entry(setup_33, monke
     assert f"node {node} moves 0.02" in err and f"length {LENGTH}" in err and SHAPE in err
     assert with_bound_verdict(_Result(False), {"effect_bounds": section}).met_criterion is False
     assert with_bound_verdict(_Result(True), {}).met_criterion is True  # entries without the section
+    # an IIT-only or natural model claims no node-level bound
+    natural = TrainConfig(iit_weight=0.0, strict_weight=0.0)
+    assert with_bound_verdict(_Result(True, natural), {"effect_bounds": section}).met_criterion is True
 
 
 def test_an_effect_within_the_bound_that_the_sample_cannot_resolve_passes_as_not_resolved(

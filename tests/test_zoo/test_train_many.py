@@ -78,8 +78,8 @@ def test_training_options_reach_the_workers(tmp_path: Path, capsys) -> None:
     """--n-train (like --epochs and --batch-size) is the workers' too: one epoch of 128 sequences in
     batches of 64 is 2 steps, recorded in the entry."""
     root = tmp_path / "root"
-    code, summary = _run(["--cases", "3", "--n-train", "128", "--min-d-head", "8", "--jobs", "1", "--root", str(root)],
-                         capsys)
+    code, summary = _run(["--cases", "3", "--n-train", "128", "--min-d-head", "8", "--strict-edges", "--jobs", "1",
+                          "--root", str(root)], capsys)
     assert code == 1 and summary["rows"][0]["steps"] == 2
     training = _training(root, "case-3")
     assert training["config"]["n_train"] == 128
@@ -89,7 +89,8 @@ def test_training_options_reach_the_workers(tmp_path: Path, capsys) -> None:
     assert command[:4] == ["zoo", "train", "case", "3"]
     assert {tuple(command[i:i + 2]) for i in range(4, len(command) - 1)} >= {
         ("--n-train", "128"), ("--min-d-head", "8"), ("--epochs", "1"), ("--batch-size", "64"), ("--criterion", "0.995")}
-    assert "--no-distractors" in command
+    assert "--no-distractors" in command and "--strict-edges" in command
+    assert training["config"]["strict_edges"] is True
 
 
 def test_a_failing_case_leaves_the_others_written_and_exits_1_with_its_row(tmp_path: Path, capsys,

@@ -40,8 +40,17 @@ class Evaluator:
     task_kind: TaskKind
     tolerance: float
     edge_sources: torch.Tensor | None = None
-    """long [N]: the counterfactual of each base for the edge checks (edge_siia), drawn
-    independently of its length, as eval's resample draws them and as strictness rows train."""
+    """long [N]: the counterfactual of each base for the strictness checks (SIIA of nodes and of
+    edges), drawn independently of its length, as eval's resample draws them and as strictness rows
+    train; None: `sources`."""
+
+    @property
+    def strict_sources(self) -> torch.Tensor:
+        """long [N]: the sources SIIA reads (edge_sources, else the IIT pairing's sources). IIT needs
+        sources at least as long as the base (siit.data.pair_sources); strictness must hold for any
+        counterfactual: with the IIT pairing, case 3's m1 (outside the circuit) moved 36% of the
+        outputs of length 5 under eval's resample while SIIA read 1.0."""
+        return self.sources if self.edge_sources is None else self.edge_sources
 
     @classmethod
     def build(cls, data: Dataset, high: HighLevelModel, correspondence: Correspondence, *,
@@ -128,7 +137,7 @@ class Evaluator:
         with torch.no_grad():
             if acts is None:
                 acts = node_activations(model, d.tokens, d.mask, d.present)
-            cf = self.sources if self.edge_sources is None else self.edge_sources
+            cf = self.strict_sources
             source_acts, source_embed = acts[:, cf], model.input_embedding(d.tokens, d.mask)[cf]
         per_chunk = max(1, _MAX_ROWS // n)
         lm, scores = d.label_mask, []
@@ -155,7 +164,15 @@ class Evaluator:
         and the node with the lowest IIA (each pooled score is the position-weighted mean of its
         per-shape scores). acts: as for run_groups."""
         names, masks = self.groups()
-        preds = self.run_groups(model, masks, acts=acts)
+        d = self.data
+        if acts is None:
+            acts = node_activations(model, d.tokens, d.mask, d.present)
+        strict = torch.tensor([n.startswith("siia:") for n in names], device=masks.device)
+        plain = self.run_groups(model, masks[~strict], acts=acts)  # clean and IIT: the IIT pairing
+        preds = plain.new_empty(len(names), *plain.shape[1:])
+        preds[~strict] = plain
+        if strict.any():
+            preds[strict] = self.run_groups(model, masks[strict], acts[:, self.strict_sources], acts=acts)
         lm = self.data.label_mask
         agreed = []  # bool [N, T] per group
         for i, name in enumerate(names):

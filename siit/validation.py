@@ -6,7 +6,9 @@ where it is largest): the circuit must hold on whatever batch a user builds.
 
 Effect of a node = fraction of labelled positions whose output changes (classification: another
 argmax; regression: moves by the tolerance or more) relative to the unablated model's output.
-Resample ablation takes the node's activation from the paired source; mean ablation uses the
+Resample ablation takes the node's activation from a source of any length (Evaluator.strict_sources,
+as eval's resample draws it; the IIT pairing's sources, at least as long as the base, hid case 3's m1
+moving 36% of length-5 outputs); mean ablation uses the
 per-position mean over the validation set; zero ablation uses zeros. A circuit node whose
 resample effect is 0 is flagged `inert`: it cannot matter on these pairs (REFERENCE.md).
 
@@ -100,7 +102,7 @@ class _Effects:
         corr, data = evaluator.correspondence, evaluator.data
         task, tol, lm = evaluator.task_kind, evaluator.tolerance, data.label_mask
         nodes, circuit = corr.low.nodes, set(corr.aligned)
-        values = {"resample": acts[:, evaluator.sources], "mean": ablation_values(acts, data.mask, "mean"),
+        values = {"resample": acts[:, evaluator.strict_sources], "mean": ablation_values(acts, data.mask, "mean"),
                   "zero": ablation_values(acts, data.mask, "zero")}
         shape_ids = data.shape_ids if data.shape_ids is not None else torch.zeros(len(data), dtype=torch.long,
                                                                                   device=lm.device)

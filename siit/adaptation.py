@@ -44,7 +44,7 @@ import torch
 
 from siit.config import TrainConfig
 
-Action = Literal["emphasis", "lr_restart", "extension"]
+Action = Literal["emphasis", "lr_restart", "extension", "edge_phase"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -140,10 +140,24 @@ def with_edges(state: AdaptState, metrics: dict[str, Any]) -> tuple[AdaptState, 
     return state, {**metrics, "edge_siia_min": state.edge_siia}
 
 
+EDGE_PHASE_LR = 0.5
+"""The lr (x the base lr, if the current cycle's is lower) of the cycle that starts when the edges
+are first measured (edge-level strictness, once the nodes meet the criterion): a new objective.
+Without it case 3's node phase, judged on counterfactuals of any length, ran to step ~5000 and its
+stalls had halved the lr to the floor; its last edge (input->a0.h3<k>) then sat at SIIA .985 for
+3000 steps."""
+
+
 def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any]) -> AdaptState:
-    """Track the best worst-metric; on a stall, emphasise lagging nodes, then restart the lr."""
+    """Track the best worst-metric; on a stall, emphasise lagging nodes, then restart the lr; a new
+    cycle when the edges are first measured."""
+    first_edges = state.edge_siia is None and metrics.get("edge_siia_min") is not None
     state, metrics = with_edges(state, metrics)
     worst = worst_metric(metrics, config)
+    if first_edges and config.adaptive:
+        lr = max(state.cycle_lr, EDGE_PHASE_LR * config.lr)
+        state = dataclasses.replace(state, cycle_start=step, cycle_lr=lr, best=worst, trail=state.trail + ((step, worst),))
+        return _act(state, step, "edge_phase", f"edges first measured: worst edge SIIA {state.edge_siia:.4f}", lr=lr)
     if worst > state.best + config.stall_tolerance:
         return dataclasses.replace(state, best=worst, since_best=0, trail=state.trail + ((step, worst),))
     state = dataclasses.replace(state, since_best=state.since_best + 1)

@@ -4,6 +4,7 @@ did, and resume to the same weights."""
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
@@ -65,7 +66,11 @@ def test_a_check_that_measured_no_edges_keeps_the_last_edge_siia() -> None:
     config = TrainConfig(patience=2, strict_edges=True)
     with_edges = {**_metrics({"a": 1.0}), "edge_siia_min": 0.96}
     nodes_dip = _metrics({"a": 0.9994})  # nodes short: the check measured no edges
-    state = adaptation.after_validation(adaptation.start(config), config, 25, with_edges)
+    stalled = dataclasses.replace(adaptation.start(config), cycle_lr=config.lr / 64, best=0.9999)
+    state = adaptation.after_validation(stalled, config, 25, with_edges)
+    # the first measurement of the edges starts their own cycle, at half the base lr
+    assert state.actions[-1]["action"] == "edge_phase" and state.cycle_lr == config.lr * adaptation.EDGE_PHASE_LR
+    assert state.cycle_start == 25 and state.since_best == 0
     assert state.best == pytest.approx(0.96 / config.edge_criterion) and state.edge_siia == 0.96
     state = adaptation.after_validation(state, config, 50, nodes_dip)
     # the dip is no new best: the edges still lag at .96 (before, .9994 became the best)

@@ -132,3 +132,29 @@ def test_half_rows_patch_at_most_many_edges_on_average() -> None:
     per_row = lambda nc: sample_edges(nc, 512, "half", gen).sum(dim=(1, 2)).double().mean()  # noqa: E731
     assert abs(float(per_row(small)) - 0.5 * int(small.sum())) < 2.0  # small models keep p = 0.5
     assert abs(float(per_row(large)) - MANY_EDGES) < 3.0 and MANY_EDGES < 0.5 * int(large.sum())
+
+
+def test_siia_reads_counterfactuals_of_any_length_and_iia_the_pairing(compiled, monkeypatch) -> None:
+    """Strictness must hold for eval's resample (sources of any length); IIT's targets need the
+    pairing's (at least as long as the base): evaluate runs the SIIA groups on strict_sources."""
+    from siit.interventions import node_activations
+    from siit.metrics import Evaluator
+    from siit.transformer import Transformer
+
+    s = prepare(compiled("3"), TrainConfig(n_train=256, n_val=128))
+    ev, model = s.evaluator, Transformer(s.low_config).eval()
+    assert ev.strict_sources is ev.edge_sources and (ev.data.lengths[ev.strict_sources] < ev.data.lengths).any()
+    seen = []
+    real = Evaluator.run_groups
+
+    def spy(self, model, masks, source_acts=None, *, acts=None):
+        seen.append((masks.shape[0], source_acts))
+        return real(self, model, masks, source_acts, acts=acts)
+
+    monkeypatch.setattr(Evaluator, "run_groups", spy)
+    metrics = ev.evaluate(model)
+    d = ev.data
+    acts = node_activations(model, d.tokens, d.mask, d.present)
+    (n_plain, plain), (n_strict, strict) = seen
+    assert plain is None and n_plain == 1 + len(s.corr.high_nodes)  # clean + IIT: the IIT pairing
+    assert n_strict == len(metrics["siia_per_node"]) and torch.equal(strict, acts[:, ev.strict_sources])

@@ -141,11 +141,12 @@ def with_edges(state: AdaptState, metrics: dict[str, Any]) -> tuple[AdaptState, 
 
 
 EDGE_PHASE_LR = 0.5
-"""The lr (x the base lr, if the current cycle's is lower) of the cycle that starts when the edges
+"""The lr (x the base lr, if the lr in use is lower) of the cycle that starts when the edges
 are first measured (edge-level strictness, once the nodes meet the criterion): a new objective.
 Without it case 3's node phase, judged on counterfactuals of any length, ran to step ~5000 and its
 stalls had halved the lr to the floor; its last edge (input->a0.h3<k>) then sat at SIIA .985 for
-3000 steps."""
+3000 steps. Taken from the cycle's start lr instead of the lr in use, it jumped case 4's lr from
+0.0045 back to 0.01 at step 3175 and its IIA fell from .97 to .56."""
 
 
 def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any]) -> AdaptState:
@@ -155,7 +156,7 @@ def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics:
     state, metrics = with_edges(state, metrics)
     worst = worst_metric(metrics, config)
     if first_edges and config.adaptive:
-        lr = max(state.cycle_lr, EDGE_PHASE_LR * config.lr)
+        lr = max(learning_rate(state, config, step), EDGE_PHASE_LR * config.lr)  # never a jump above the lr in use
         state = dataclasses.replace(state, cycle_start=step, cycle_lr=lr, best=worst, trail=state.trail + ((step, worst),))
         return _act(state, step, "edge_phase", f"edges first measured: worst edge SIIA {state.edge_siia:.4f}", lr=lr)
     if worst > state.best + config.stall_tolerance:

@@ -71,6 +71,13 @@ def test_a_check_that_measured_no_edges_keeps_the_last_edge_siia() -> None:
     # the first measurement of the edges starts their own cycle, at half the base lr
     assert state.actions[-1]["action"] == "edge_phase" and state.cycle_lr == config.lr * adaptation.EDGE_PHASE_LR
     assert state.cycle_start == 25 and state.since_best == 0
+    # a cycle whose lr has decayed is not pushed back above the lr in use, nor above half the base
+    fresh = adaptation.start(config)
+    late = fresh.budget - 1  # lr decayed to lr_final_factor x lr (0.2 of it), below half the base
+    restarted = adaptation.after_validation(fresh, config, late, with_edges)
+    assert restarted.cycle_lr == config.lr * adaptation.EDGE_PHASE_LR < fresh.cycle_lr
+    early = adaptation.after_validation(fresh, config, 1, with_edges)  # lr still near the base
+    assert early.cycle_lr == pytest.approx(adaptation.learning_rate(fresh, config, 1))
     assert state.best == pytest.approx(0.96 / config.edge_criterion) and state.edge_siia == 0.96
     state = adaptation.after_validation(state, config, 50, nodes_dip)
     # the dip is no new best: the edges still lag at .96 (before, .9994 became the best)

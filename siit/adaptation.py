@@ -181,10 +181,14 @@ def extend(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str,
     worst = worst_metric(metrics, config)
     best = max(worst, state.best)
     gain = rise(state, config, step)
+    edges_from = next((a["step"] for a in reversed(state.actions) if a["action"] == "edge_phase"), None)
     if _within_reach(best, config):
         why = f"within {config.reach} of the criterion"
     elif gain is not None and gain >= config.progress:
         why = f"still rising: +{gain:.4f} over the last {round(PROGRESS_SPAN * config.max_steps)} steps"
+    elif edges_from is not None and step - edges_from < PROGRESS_SPAN * config.max_steps:
+        # the edge phase reset the best: too recent for `rise` to tell (case 4: edges from step 3250)
+        why = f"edges first measured at step {edges_from}, too recently to judge"
     else:
         return None
     extra = max(1, round(config.extension * config.max_steps))

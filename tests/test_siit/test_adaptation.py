@@ -78,6 +78,13 @@ def test_a_check_that_measured_no_edges_keeps_the_last_edge_siia() -> None:
     assert restarted.cycle_lr == config.lr * adaptation.EDGE_PHASE_LR < fresh.cycle_lr
     early = adaptation.after_validation(fresh, config, 1, with_edges)  # lr still near the base
     assert early.cycle_lr == pytest.approx(adaptation.learning_rate(fresh, config, 1))
+    # a budget that runs out soon after the edges were first measured is extended; long after, not
+    budget = config.max_steps
+    young = adaptation.after_validation(fresh, config, budget - 25, {**with_edges, "edge_siia_min": 0.5})
+    extended = adaptation.extend(young, config, budget, {**with_edges, "edge_siia_min": 0.5})
+    assert extended is not None and "edges first measured" in extended.actions[-1]["reason"]
+    old = adaptation.after_validation(fresh, config, budget // 2, {**with_edges, "edge_siia_min": 0.5})
+    assert adaptation.extend(old, config, budget, {**with_edges, "edge_siia_min": 0.5}) is None
     assert state.best == pytest.approx(0.96 / config.edge_criterion) and state.edge_siia == 0.96
     state = adaptation.after_validation(state, config, 50, nodes_dip)
     # the dip is no new best: the edges still lag at .96 (before, .9994 became the best)

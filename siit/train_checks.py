@@ -57,14 +57,21 @@ def _edges_in_two_steps(trainee: Trainee, s: Setup, evaluator: Evaluator, config
     return edge_metrics(trainee, s, evaluator)
 
 
+def last_edge_check(history: list[dict[str, Any]], *, every_edge: bool = False) -> dict[str, Any] | None:
+    """The metrics of the last check in `history` that measured edges (with every_edge, every
+    one of them); None before any."""
+    for record in reversed(history):
+        metrics = record["metrics"] or {}
+        if "edges_below_1" in metrics and (not every_edge or metrics.get("edges_checked") == "all"):
+            return metrics
+    return None
+
+
 def lagging_edges(history: list[dict[str, Any]], config: TrainConfig) -> list[str] | None:
     """The edges below the edge criterion at the last check of every edge in `history`; None
     before any such check (the next check measures every edge)."""
-    for record in reversed(history):
-        metrics = record["metrics"] or {}
-        if metrics.get("edges_checked") == "all":
-            return [n for n, v in metrics["edges_below_1"].items() if v < config.edge_criterion]
-    return None
+    metrics = last_edge_check(history, every_edge=True)
+    return None if metrics is None else [n for n, v in metrics["edges_below_1"].items() if v < config.edge_criterion]
 
 
 def edge_metrics(trainee: Trainee, s: Setup, evaluator: Evaluator,
@@ -78,7 +85,8 @@ def edge_metrics(trainee: Trainee, s: Setup, evaluator: Evaluator,
     idx = s.non_circuit_edges.nonzero()  # [E, 2]
     names = [f"{a}->{b}" for a, b in layout.names(s.non_circuit_edges)]
     if only is not None:
-        keep = [i for i, n in enumerate(names) if n in set(only)]
+        wanted = set(only)
+        keep = [i for i, n in enumerate(names) if n in wanted]
         idx, names = idx[keep], [names[i] for i in keep]
     scores = evaluator.edge_siia(trainee.model, idx.to(evaluator.data.tokens.device), acts=acts)
     below = {n: round(float(v), 6) for n, v in zip(names, scores.tolist()) if v < 1}

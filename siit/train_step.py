@@ -70,7 +70,7 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_mask = s.low_masks[choice]
     strict_mask = _strict_mask(s.non_aligned, B, config.strict_sampling, gen)
-    strict_edges, shuffle = _strict_edges(s, B, gen, edge_emphasis)
+    strict_edges, shuffle = _strictness_draws(s, B, gen, edge_emphasis)
     # drawn on the CPU (the same draws on every device), then moved where the model is
     dev = s.device
     tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges = (
@@ -106,8 +106,8 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     return out
 
 
-def _strict_edges(s: Setup, batch: int, gen: torch.Generator,
-                  emphasis: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+def _strictness_draws(s: Setup, batch: int, gen: torch.Generator,
+                      emphasis: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(bool [B, U, R] the non-circuit edges of each strictness row, or None without edge-level
     strictness; long [B] the row whose source each strictness row takes)."""
     # strictness rows take another row's source: any counterfactual, of any length, must leave

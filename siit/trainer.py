@@ -198,9 +198,8 @@ def _edge_emphasis(s: Setup, history: list[dict[str, Any]]) -> torch.Tensor | No
     """Edge draw weights from the last check that measured the edges: a check whose nodes dip
     below the criterion measures none (siit.train_checks), and forgetting the lagging edges then
     left them uniform for the next 25 steps (case 20: every other check)."""
-    measured = next((h["metrics"] for h in reversed(history) if "edges_below_1" in (h["metrics"] or {})), None)
     layout = EdgeLayout(s.low_config["n_layers"], s.low_config["n_heads"])
-    return edge_weights(layout, s.non_circuit_edges, measured)
+    return edge_weights(layout, s.non_circuit_edges, train_checks.last_edge_check(history))
 
 
 def _check(run: _Run, s: Setup, config: TrainConfig) -> None:

@@ -193,6 +193,22 @@ class Transformer(nn.Module):
             out.append(x)
         return torch.stack(out)
 
+    def attention_patterns(self, tokens: torch.Tensor, attention_mask: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+        """[n_layers, batch, n_heads, query pos, key pos]: the attention patterns of the run whose node
+        activations are `acts` (forward(..., return_acts=True)), as forward computes them."""
+        resid = self.residuals(tokens, attention_mask, acts)
+        allowed = self._allowed(attention_mask.bool(), None)
+        out = []
+        for layer, block in enumerate(self.blocks):
+            a = block.attn
+            q = torch.einsum("btd,hdk->bhtk", resid[layer], a.W_Q) + a.b_Q[:, None]
+            k = torch.einsum("btd,hdk->bhtk", resid[layer], a.W_K) + a.b_K[:, None]
+            scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+            if allowed is not None:
+                scores = scores.masked_fill(~allowed, float("-inf"))
+            out.append(torch.nan_to_num(_softmax(scores), nan=0.0))
+        return torch.stack(out)
+
     def run_with_hooks(self, input: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
                        fwd_hooks: Sequence[tuple[str, Callable[..., torch.Tensor]]] = (),
                        start_at_layer: int | None = None) -> torch.Tensor:

@@ -137,8 +137,11 @@ class _Effects:
 
 def realism(model: Transformer, evaluator: Evaluator, acts: torch.Tensor | None = None) -> dict[str, Any]:
     """What a method that never intervenes sees (eval.core.node_heuristics): per-node output norm, variance and
-    weight norm, and how well each ranks the circuit, on the padded validation inputs."""
+    weight norm, and how well each ranks the circuit, on the padded validation inputs; `battery`: every
+    look of eval.core.looks, with its chance band."""
+    from eval.core.looks import battery
     from eval.core.node_heuristics import node_stats, realism_report
+    from siit.look_inputs import look_inputs
 
     data, corr = evaluator.data, evaluator.correspondence
     rows = torch.ones(len(data), dtype=torch.bool, device=data.tokens.device) if data.shape_ids is None else data.shape_ids == 0
@@ -148,4 +151,6 @@ def realism(model: Transformer, evaluator: Evaluator, acts: torch.Tensor | None 
                 for s in range(corr.low.n_heads + 1)}
     stats = node_stats(per_node, data.mask[rows].bool(), model.state_dict(), model.config, set(corr.aligned),
                        evaluator.task_kind)
-    return realism_report(stats)
+    looks = look_inputs(model, data.tokens[rows], data.mask[rows], corr.aligned, evaluator.task_kind,
+                        data.label_mask[rows])
+    return {**realism_report(stats), "battery": battery(looks)}

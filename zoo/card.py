@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from zoo.card_looks import battery_text
 from zoo.hub_metadata import cell, scalar_fields, validation_figures
 
 LICENSE = "apache-2.0"
@@ -205,6 +206,7 @@ def _realism_text(validation: dict[str, Any] | None, training: dict[str, Any] | 
                   "changes; factors in training.json `realism.head_rescale`), so that weight size reflects the draw, not "
                   "the optimiser's path."]
     lines += ["", _realism_meaning(heuristics if isinstance(heuristics, dict) else {}, bounded, bool(distractors))]
+    lines += battery_text((measured or {}).get("battery"))
     return "\n".join(lines).strip("\n")
 
 

@@ -162,11 +162,14 @@ def device_json(device: str) -> dict[str, Any]:
 def node_activity(config: Mapping[str, Any], state_dict: Mapping[str, Any], encoded: tuple[Any, Any],
                   circuit: Any, task_kind: str, *, device: str = "cpu") -> dict[str, Any]:
     """eval.core.node_heuristics's report for one model on encoded inputs (tokens, mask), plus per statistic
-    its spread in and out of the circuit; the model runs on `device`."""
+    its spread in and out of the circuit, and the battery of no-intervention looks (eval.core.looks);
+    the model runs on `device`."""
     import torch
 
     from eval.core.circuit import head_node, mlp_node
+    from eval.core.looks import battery
     from eval.core.node_heuristics import node_stats, realism_report
+    from siit.look_inputs import look_inputs
     from siit.transformer import Transformer
 
     tokens, mask = (x.to(device) for x in encoded)
@@ -184,6 +187,7 @@ def node_activity(config: Mapping[str, Any], state_dict: Mapping[str, Any], enco
         for name in STAT_FIELDS
     }
     report["circuit"] = [r.node for r in rows if r.in_circuit]
+    report["battery"] = battery(look_inputs(model, tokens, mask, circuit, task_kind))
     return report
 
 
@@ -316,6 +320,11 @@ def targets(siit: Mapping[str, Any], table: Mapping[str, Any]) -> dict[str, Any]
                                      "met": _holds(worst, lambda v: v <= SEPARATION_BOUND)},
         "variance_floor_ratio": {"value": floor, "bound": VARIANCE_FLOOR,
                                  "met": _holds(floor, lambda v: v >= VARIANCE_FLOOR)},
+        "battery": {"max_separation": siit["battery"]["max_separation"],
+                    "median_separation": siit["battery"]["median_separation"],
+                    "max_separation_apart": siit["battery"]["max_separation_apart"],
+                    "bounds": siit["battery"]["bounds"], "over_bound": siit["battery"]["over_bound"],
+                    "met": siit["battery"]["met"]},
         "kl_natural_siit_below_natural_tracr": {
             "natural_siit": kl_siit, "natural_tracr": kl_tracr,
             "met": None if kl_siit is None or kl_tracr is None else kl_siit < kl_tracr},

@@ -96,6 +96,21 @@ def _f(value: Any, digits: int = 2) -> str:
     return "-" if value is None else f"{value:.{digits}f}"
 
 
+def format_battery(b: dict[str, Any], tracr: dict[str, Any] | None = None) -> list[str]:
+    """The battery of no-intervention looks (eval.core.looks): each look's separation, its chance band,
+    and the Tracr model's separation; then the bounds."""
+    lines = ["look (no intervention)    SIIT separation  chance 95%  Tracr separation"]
+    for key, row in b["looks"].items():
+        other = _f(tracr["looks"][key]["separation"]) if tracr else "-"
+        mark = " (apart)" if row["apart"] else (" !" if key in b["over_bound"] else "")
+        lines.append(f"  {key:25s}{_f(row['separation']):>6s}{mark:9s}{_f(row['chance_95']):>8s}     {other:>6s}")
+    bounds = b["bounds"]
+    lines.append(f"  worst {_f(b['max_separation'])} (bound {bounds['look']}), median {_f(b['median_separation'])} "
+                 f"(bound {bounds['median']}), apart worst {_f(b['max_separation_apart'])} (bound {bounds['apart']}): "
+                 f"{'met' if b['met'] else 'NOT met'}; ! = over the bound")
+    return lines
+
+
 def format_report(r: dict[str, Any]) -> str:
     """The human-readable report (the JSON has everything)."""
     siit, tracr = r["activity"]["siit"], r["activity"].get("tracr")
@@ -113,6 +128,7 @@ def format_report(r: dict[str, Any]) -> str:
               f"{t['max_heuristic_separation']['bound']} ({'met' if t['max_heuristic_separation']['met'] else 'NOT met'})",
               f"  variance floor ratio (min out-of-circuit / median circuit output variance): "
               f"{_f(siit['variance_floor_ratio'])} (target >= {t['variance_floor_ratio']['bound']})", "",
+              *format_battery(siit["battery"], tracr and tracr["battery"]), "",
               "SIIT entry, per node:   node     circuit  output norm  output variance  weight norm"]
     for n in siit["nodes"]:
         lines.append(f"  {'':20s}{n['node']:8s} {'in' if n['in_circuit'] else 'out':7s}  {n['output_norm']:11.3f}"

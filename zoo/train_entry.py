@@ -292,4 +292,6 @@ def entry_summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[
         "by_shape": m.get("by_shape"),
         "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},
         "variance_floor_ratio": validation["realism"]["variance_floor_ratio"],
+        "looks": {k: (validation["realism"].get("battery") or {}).get(k) for k in (
+            "max_separation", "median_separation", "max_separation_apart", "over_bound", "met")},
     }

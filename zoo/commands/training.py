@@ -297,3 +297,8 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(f"  circuit vs activation/weight size (separation, 0.5 = no better than chance): output norm "
           f"{sep['output_norm']:.2f}, output variance {sep['output_variance']:.2f}, weight norm "
           f"{sep['weight_norm']:.2f}{r2}")
+    looks = s.get("looks") or {}
+    if looks.get("max_separation") is not None:
+        over = ", ".join(looks["over_bound"]) or "none"
+        print(f"  looks that never intervene (eval.core.looks; `zoo realism` has each): worst separation "
+              f"{looks['max_separation']:.2f}, median {looks['median_separation']:.2f}; over the bound: {over}")

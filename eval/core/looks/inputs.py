@@ -2,8 +2,8 @@
 weights -> `LookInputs`, what every look of the battery reads.
 
 Layouts are siit.transformer's (TransformerLens's parameterisation): node outputs of layer l stacked
-as [batch, pos, n_heads + 1, d_model], slots 0..H-1 the heads' hook_result and slot H the MLP's
-hook_mlp_out; weights under TransformerLens state-dict names.
+as [batch, pos, n_heads + 1, d_model], slots 0..H-1 each head's output (its z @ W_O, before b_O) and
+slot H the MLP's output; weights under TransformerLens state-dict names.
 """
 
 from __future__ import annotations

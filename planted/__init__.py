@@ -1,7 +1,9 @@
 """Hand-written high-level causal models trained by SIIT (siit.high_level's protocols).
 
 `get_planted(name)` -> a PlantedTask (task, encoding, causal model, low-level architecture);
-`planted_names()` lists them: CAUSAL-BENCH's planted circuit at 2x2 ... 12x12 (planted.causal_bench).
+`planted_names()` lists them: CAUSAL-BENCH's planted circuit at 2x2 ... 12x12 (planted.causal_bench),
+InterpBench's IOI (planted.ioi), and the failure-mode families' models (planted.failure_modes;
+`family_members(family)`).
 Names are imported on first use (PEP 562): `zoo list planted` stays light.
 """
 
@@ -12,10 +14,11 @@ _EXPORTS = {
     "Node": "planted.causal_model",
     "PlantedTask": "planted.causal_model",
     "get_planted": "planted.registry",
+    "family_members": "planted.registry",
     "planted_names": "planted.registry",
 }
 
-__all__ = ["CausalModel", "Node", "PlantedTask", "get_planted", "planted_names"]
+__all__ = ["CausalModel", "Node", "PlantedTask", "family_members", "get_planted", "planted_names"]
 
 
 def __getattr__(name: str):

@@ -145,6 +145,9 @@ class PlantedTask:
     lr: float | None = None
     """Initial learning rate `zoo train` uses when given no --lr (None: siit.config.TrainConfig's);
     deep models need a smaller one (CAUSAL-BENCH 10x10 diverged twice at 0.01, met at 0.005)."""
+    failure_mode: str | None = None
+    """The failure-mode family it belongs to (planted.failure_modes.FAMILIES), or None for a model that
+    reproduces a paper's planted circuit (CAUSAL-BENCH, IOI)."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:

@@ -1,17 +1,18 @@
 """A planted model's name -> its PlantedTask (the high-level model is rebuilt from the name, never
-loaded from an entry), and the list of names."""
+loaded from an entry), the list of names, and the failure-mode families."""
 
 from __future__ import annotations
 
 from planted.causal_bench import SCALES, causal_bench
 from planted.causal_model import PlantedTask
+from planted.failure_modes import FAMILIES, PLANTED
 from planted.ioi import ioi
 from rasp_programs.case import CaseError
 
 
 def planted_names() -> list[str]:
-    """Every planted model: CAUSAL-BENCH's scales, smallest first, then IOI."""
-    return [*SCALES, "ioi"]
+    """Every planted model: CAUSAL-BENCH's scales, smallest first, then IOI, then the failure-mode models."""
+    return [*SCALES, "ioi", *PLANTED]
 
 
 def get_planted(name: str) -> PlantedTask:
@@ -20,4 +21,15 @@ def get_planted(name: str) -> PlantedTask:
         return causal_bench(name)
     if name == "ioi":
         return ioi()
+    if name in PLANTED:
+        return PLANTED[name]()
     raise CaseError(f"unknown planted model {name!r}; known: {', '.join(planted_names())}")
+
+
+def family_members(family: str) -> list[str]:
+    """The planted models of a failure-mode family (`all`: of every family), or a one-line CaseError."""
+    if family == "all":
+        return [m for f in FAMILIES.values() for m in f["models"]]
+    if family not in FAMILIES:
+        raise CaseError(f"unknown family {family!r}; known: {', '.join(FAMILIES)}, all")
+    return list(FAMILIES[family]["models"])

@@ -83,7 +83,21 @@ def _trained(path: Path, root: Path) -> Any:
 
         return _one_line(lambda: resolve_target(load_entry_dir(path), "trained", root))
 
-    return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load)
+    return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load, family=entry_family(path.name))
+
+
+def entry_family(name: str) -> str:
+    """The leaderboard group of an entry folder: a planted model's failure-mode family (or `planted`),
+    else `case`."""
+    if not name.startswith("planted-"):
+        return "case"
+    from planted import get_planted
+    from rasp_programs.case import CaseError
+
+    try:
+        return get_planted(name[len("planted-"):]).failure_mode or "planted"
+    except CaseError:
+        return "planted"
 
 
 def _compiled(case: Any, root: Path) -> Any:
@@ -102,7 +116,7 @@ def _compiled(case: Any, root: Path) -> Any:
         h.update(compiled.state_dict[name].detach().cpu().numpy().tobytes())
     h.update(json.dumps(compiled.graph.promoted().to_json(), sort_keys=True).encode())
     return BenchEntry(name=case.entry_name, model="compiled", fingerprint=h.hexdigest(),
-                      load=lambda: resolve_target(compiled, "compiled", root))
+                      load=lambda: resolve_target(compiled, "compiled", root), family="case")
 
 
 def _one_line(build: Any) -> Any:

@@ -49,6 +49,9 @@ class BenchEntry:
     """sha256 that changes whenever the entry's model or ground truth does (its files' sums)."""
     load: Callable[[], Target]
     """Builds the Target (model, ground truth, task); called only if a cell must be computed."""
+    family: str = ""
+    """The group the leaderboard also reports apart: a failure-mode family (e.g. `cancellation`),
+    `planted` or `case`; empty: none."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

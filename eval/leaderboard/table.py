@@ -10,7 +10,7 @@ import csv
 import dataclasses
 import io
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -79,6 +79,9 @@ class Leaderboard:
     """Entries of the run (name/model)."""
     cells: tuple[Cell, ...]
     """Every (method, entry) result the rows summarise."""
+    families: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Family -> {"entries": [...], "rows": [Row, ...] over that family's entries only, "spread": best minus
+    worst mean edge AUROC of the methods but `random`} (BenchEntry.family; empty when no entry has one)."""
     settings: dict[str, Any]
     """BenchSettings of the run."""
     computed: int
@@ -114,22 +117,44 @@ def spread(values: Sequence[float | None]) -> Spread:
                   n=len(xs))
 
 
-def leaderboard(run: BenchRun) -> Leaderboard:
-    """Summarise a bench run per method and test every pair of methods."""
-    methods = list(dict.fromkeys(c.method for c in run.cells))
+def _rows(cells: Sequence[Cell]) -> tuple[Row, ...]:
+    """One Row per method of `cells`, in their order."""
     rows = []
-    for key in methods:
-        mine = [c for c in run.cells if c.method == key]
+    for key in dict.fromkeys(c.method for c in cells):
+        mine = [c for c in cells if c.method == key]
         ok = [c for c in mine if c.status == "ok"]
         rows.append(Row(method=key, entries=len(ok), missing=sum(c.status == "missing" for c in mine),
                         errors=sum(c.status == "error" for c in mine),
                         **{f: spread([getattr(c, f) for c in ok]) for f in (
                             "node_auroc", "edge_auroc", "node_chance", "edge_chance", "node_f1", "edge_f1", "cpr",
                             "cmd", "seconds")}))
-    samples = {key: [c.edge_auroc for c in run.cells if c.method == key and c.status == "ok"] for key in methods}
+    return tuple(rows)
+
+
+def family_rows(cells: Sequence[Cell], families: Mapping[str, str]) -> dict[str, Any]:
+    """Per family (entry name -> family): its entries, its rows, and the spread of mean edge AUROC
+    between the best and the worst method other than `random` (issue 36: a benchmark that tells methods
+    apart spreads them)."""
+    out: dict[str, Any] = {}
+    for family in dict.fromkeys(f for f in families.values() if f):
+        names = {e for e, f in families.items() if f == family}
+        rows = _rows([c for c in cells if c.entry in names])
+        means = [r.edge_auroc.mean for r in rows if r.method != "random" and r.edge_auroc.mean is not None]
+        out[family] = {"entries": sorted(names), "rows": rows,
+                       "spread": max(means) - min(means) if len(means) >= 2 else None}
+    return out
+
+
+def leaderboard(run: BenchRun, families: Mapping[str, str] | None = None) -> Leaderboard:
+    """Summarise a bench run per method (and per family of entries: entry name -> family) and test every
+    pair of methods."""
+    rows = _rows(run.cells)
+    samples = {r.method: [c.edge_auroc for c in run.cells if c.method == r.method and c.status == "ok"]
+               for r in rows}
     entries = tuple(dict.fromkeys(f"{c.entry}/{c.model}" for c in run.cells))
-    return Leaderboard(rows=tuple(rows), pairs=pairwise_tests(samples), entries=entries, cells=run.cells,
-                       settings=dataclasses.asdict(run.settings), computed=run.computed, reused=run.reused)
+    return Leaderboard(rows=rows, pairs=pairwise_tests(samples), entries=entries, cells=run.cells,
+                       settings=dataclasses.asdict(run.settings), computed=run.computed, reused=run.reused,
+                       families=family_rows(run.cells, families or {}))
 
 
 def _clean(value: Any) -> Any:
@@ -240,6 +265,12 @@ def table(board: Leaderboard) -> str:
                     cells.append("-")
             grid.append((a, *cells))
         out += _grid(grid)
+    for family, f in board.families.items():
+        out.append(f"family {family} ({', '.join(f['entries'])}): edge AUROC per method (mean over its entries); "
+                   f"best minus worst but random: {_f(f['spread'])}")
+        out += _grid([("method", "n", "AUROC-n", "AUROC-e", "chance-e")] + [
+            (r.method, str(r.entries), _ms(r.node_auroc), _ms(r.edge_auroc), _f(r.edge_chance.mean))
+            for r in f["rows"]])
     failed = [c for c in board.cells if c.status == "error"]
     for c in failed:
         out.append(f"failed: {c.method} on {c.entry}: {c.message}")

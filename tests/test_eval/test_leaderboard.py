@@ -182,6 +182,8 @@ def test_cli_interrupted_then_rerun_computes_only_what_is_missing(cli_root, tmp_
     (["--cases", " , "], "--cases names nothing"),
     (["--cases", "3", "--scores", "/nonexistent/folder"], "is not a directory"),
     (["--cases", "3", "--n", "1"], "--n must be at least 2"),
+    (["--family", "nope"], "unknown family 'nope'"),
+    (["--family", "cancellation"], "no planted entry planted-cancellation"),
     ([], "no entries under"),
 ])
 def test_cli_bad_options_one_line_exit_2(argv, needle, tmp_path, capsys):
@@ -209,6 +211,33 @@ def test_entries_are_found_by_folder_name_and_fingerprinted_by_their_manifest(cl
     assert compiled[0].fingerprint == bench_entries(cli_root, cases=["3"], model="compiled")[0].fingerprint
     with pytest.raises(ZooError, match="planted entries there: planted-ioi"):
         bench_entries(cli_root, planted=["tiny"])
+    (entries / "planted-cancellation").mkdir()
+    (entries / "planted-cancellation" / "manifest.json").write_text('{"files": {}}')
+    assert {e.name: e.family for e in bench_entries(cli_root)} == {
+        "case-3": "case", "planted-cancellation": "cancellation", "planted-ioi": "planted"}
+    assert compiled[0].family == "case"
+
+
+def test_the_leaderboard_reports_each_family_apart_with_its_spread() -> None:
+    from eval.leaderboard.cells import BenchRun, Cell
+    from eval.leaderboard.table import leaderboard, table
+
+    def cell(method: str, entry: str, edge: float) -> Cell:
+        return Cell(method=method, entry=entry, model="trained", seed=0, status="ok", kind="scores",
+                    node_auroc=edge, edge_auroc=edge, edge_chance=0.5)
+
+    cells = (cell("random", "planted-cancellation", 0.9), cell("a", "planted-cancellation", 0.8),
+             cell("b", "planted-cancellation", 0.3), cell("a", "case-3", 1.0), cell("b", "case-3", 0.95),
+             cell("random", "case-3", 0.5))
+    run = BenchRun(cells=cells, settings=SETTINGS, computed=6, reused=0)
+    board = leaderboard(run, families={"planted-cancellation": "cancellation", "case-3": "case"})
+    fam = board.families["cancellation"]
+    assert fam["entries"] == ["planted-cancellation"] and fam["spread"] == pytest.approx(0.5)  # random left out
+    assert [r.edge_auroc.mean for r in fam["rows"]] == [0.9, 0.8, 0.3]
+    assert board.families["case"]["spread"] == pytest.approx(0.05)
+    assert json.loads(json.dumps(board.to_json()))["families"]["cancellation"]["rows"][1]["method"] == "a"
+    assert "family cancellation (planted-cancellation)" in table(board)
+    assert leaderboard(run).families == {}
 
 
 def test_a_method_fingerprint_changes_with_the_helpers_its_module_imports(tmp_path, monkeypatch) -> None:

@@ -35,6 +35,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "else the compiled model (see --model); default every entry under the root")
     p.add_argument("--planted", action="append", default=[], metavar="NAMES",
                    help="planted entries by name, comma-separated (folders planted-NAME under the root's entries)")
+    p.add_argument("--family", action="append", default=[], metavar="NAME",
+                   help="the planted entries of a failure-mode family (rare-feature, cancellation; all: every "
+                   "family; `zoo list planted --family NAME`), added to --planted (repeatable)")
     p.add_argument("--method", action="append", default=[], metavar="NAME",
                    help="method (repeatable or comma-separated): a built-in key or package.module:function; "
                    "default every built-in method")
@@ -66,6 +69,19 @@ def _split(values: list[str], what: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
+def _entries_named(args: argparse.Namespace) -> list[str]:
+    """--planted's names, then those of every --family's planted models, each once."""
+    from planted import family_members
+    from rasp_programs.case import CaseError
+    from zoo.errors import ZooError
+
+    try:
+        members = [m for f in _split(args.family, "--family") for m in family_members(f)]
+    except CaseError as exc:
+        raise ZooError(str(exc)) from None
+    return list(dict.fromkeys(_split(args.planted, "--planted") + members))
+
+
 def run_bench_command(args: argparse.Namespace) -> int:
     from eval.methods.registry import BUILTIN_METHOD_KEYS
     from zoo.commands.common import device_from
@@ -73,7 +89,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     from zoo.errors import ZooError
     from zoo.paths import zoo_root
 
-    cases, planted = _split(args.cases, "--cases"), _split(args.planted, "--planted")
+    cases, planted = _split(args.cases, "--cases"), _entries_named(args)
     keys = _split(args.method, "--method")
     for name, value, low in (("--n", args.n, 2), ("--threads", args.threads, 1)):
         if value < low:
@@ -117,7 +133,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         raise
     bar.close()
-    board = _write(run, out)
+    board = _write(run, out, {e.name: e.family for e in entries})
     if args.json:
         print(json.dumps(board.to_json(), indent=1, allow_nan=False))
     else:
@@ -156,7 +172,7 @@ def _bar(total: int):
     return step
 
 
-def _write(run, out: Path):
+def _write(run, out: Path, families: dict[str, str]):
     """The leaderboard's files, each written whole under a temporary name and renamed into place."""
     import os
     import tempfile
@@ -164,7 +180,7 @@ def _write(run, out: Path):
     from eval.leaderboard.plots import write_bench_plots
     from eval.leaderboard.table import cells_to_csv, leaderboard, pairs_to_csv, to_csv
 
-    board = leaderboard(run)
+    board = leaderboard(run, families=families)
     out.mkdir(parents=True, exist_ok=True)
     texts = {"leaderboard.json": json.dumps(board.to_json(), indent=1, allow_nan=False),
              "leaderboard.csv": to_csv(board), "cells.csv": cells_to_csv(board), "pairwise.csv": pairs_to_csv(board)}

@@ -18,6 +18,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_common(p, kind_id=False)
     p.add_argument("kind", nargs="?", choices=("case", "planted"), default="case",
                    help="what to list (default case)")
+    p.add_argument("--family", metavar="NAME",
+                   help="only the planted models of a failure-mode family (planted.failure_modes: rare-feature, "
+                        "cancellation; all: every family); implies `planted`")
     p.set_defaults(func=run_list)
 
     p = sub.add_parser("show", help="show a case or planted model: program, vocab, dimensions, circuit",
@@ -55,7 +58,7 @@ def _catalogue_file() -> dict[str, Any]:
 def run_list(args: argparse.Namespace) -> int:
     from zoo.paths import entries_dir, zoo_root
 
-    if args.kind == "planted":
+    if args.kind == "planted" or args.family is not None:
         from zoo.commands.planted_info import run_list_planted
 
         return run_list_planted(args)

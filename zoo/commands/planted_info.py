@@ -21,26 +21,34 @@ def describe(name: str) -> dict[str, Any]:
         "low_level": {k: low[k] for k in ("n_layers", "n_heads", "d_model", "d_head", "d_mlp", "n_ctx")},
         "components": low["n_layers"] * (low["n_heads"] + 1),
         "graph": graph.to_json(),
+        "family": task.failure_mode,
         "correspondence_rule": "a high-level head -> a head of the same layer drawn with the training seed; "
                                "an MLP -> the MLP of its layer (siit.correspondence)",
     }
 
 
 def run_list_planted(args: argparse.Namespace) -> int:
-    from planted import planted_names
+    from planted import family_members, planted_names
+    from rasp_programs.case import CaseError
+    from zoo.errors import ZooError
     from zoo.paths import entries_dir, zoo_root
 
     entries = entries_dir(zoo_root(args.root))
-    rows = [describe(n) for n in planted_names()]
+    try:
+        names = planted_names() if getattr(args, "family", None) is None else family_members(args.family)
+    except CaseError as exc:
+        raise ZooError(str(exc)) from None
+    rows = [describe(n) for n in names]
     for row in rows:
         row["trained"] = (entries / row["entry"]).is_dir()
     if args.json:
-        print(json.dumps([{k: r[k] for k in ("id", "entry", "low_level", "components", "trained")}
+        print(json.dumps([{k: r[k] for k in ("id", "entry", "family", "low_level", "components", "trained")}
                           | {"nodes": len(r["graph"]["nodes"]), "edges": len(r["graph"]["edges"]),
                              "description": r["case"]["description"]} for r in rows], indent=1))
         return 0
-    header = ("id", "kind", "layers", "heads", "components", "nodes", "edges", "trained")
-    table = [header] + [(r["id"], "planted", str(r["low_level"]["n_layers"]), str(r["low_level"]["n_heads"]),
+    header = ("id", "kind", "family", "layers", "heads", "components", "nodes", "edges", "trained")
+    table = [header] + [(r["id"], "planted", r["family"] or "-", str(r["low_level"]["n_layers"]),
+                         str(r["low_level"]["n_heads"]),
                          str(r["components"]), str(len(r["graph"]["nodes"])), str(len(r["graph"]["edges"])),
                          "yes" if r["trained"] else "-") for r in rows]
     widths = [max(len(row[i]) for row in table) for i in range(len(header))]

@@ -1,0 +1,154 @@
+"""Failure-mode families (issue 36, item 2) -> PlantedTasks whose circuit holds a phenomenon that a
+known class of circuit methods mishandles, each with the prediction, stated before any method ran.
+
+Every model is a hand-written causal model trained by SIIT like the CAUSAL-BENCH ones (2 layers, 4
+heads, d_model 16; causal attention; lengths 3-6), so its ground truth is exact in the same sense:
+IIA and SIIA 1.0, out-of-circuit nodes inert at every length.
+
+rare-feature (family `rare-feature`; values 0-7):
+
+    trigger  a0.h0  t_i = 1 if i >= 2 and x_1 = x_2 = 0, else 0     (fires on 1/64 = 1.6% of inputs)
+    answer   m0     y_i = (x_i + 5) mod 8 if t_i, else (x_i + 1) mod 8
+
+  The trigger head changes the output only where the base or the counterfactual fires: about 3% of
+  resampled pairs, every labelled position from 2 on. Prediction (sample-size limits; Conmy et al.
+  2023 §5 and Syed et al. 2023 on attribution patching's first-order error): methods that estimate
+  an edge's effect from a mean over n pairs see the trigger edges on about n x 3% pairs; gradient
+  methods (eap, eap_ig_*, gradient_attribution) read a gradient at inputs where the trigger is far
+  from firing, so the trigger edges rank near the out-of-circuit noise; exact patching ranks them in
+  whenever one firing pair is drawn.
+
+cancellation (family `cancellation`; values 0-4):
+
+    carry    a0.h0  c_i = x_1
+    offset   m0     d_i = (x_i - c_i) mod 5
+    sum      m1     y_i = (c_i + d_i) mod 5 (= x_i)
+
+  The carry head reaches the output by two paths that cancel exactly: interchanging it changes c and
+  d together and never the output (total effect 0; validation lists it as an inert circuit node),
+  while patching either of its edges alone (a0.h0 -> m1, a0.h0 -> m0) changes the output whenever the
+  counterfactual's x_1 differs (80% of pairs). Prediction (McGrath et al. 2023, "The Hydra effect";
+  Kramár et al. 2024 on cancellation in AtP): methods that score a component by its total effect
+  (activation_patching, ablation_scan, greedy, node_sp, gradient_attribution) put a0.h0 with the
+  out-of-circuit nodes; methods that score edges (edge_patching, eap, eap_ig_*, acdc, edge_sp) find
+  its edges.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from planted.causal_model import CausalModel, Node, PlantedTask
+from rasp_programs.case import BOS, PAD, Case
+from rasp_programs.encoding import Encoding
+
+MIN_LEN, MAX_LEN = 3, 6
+FAMILIES: dict[str, dict[str, Any]] = {
+    "rare-feature": {"models": ("rare-feature",),
+                     "prediction": "gradient methods (eap, eap_ig_inputs, eap_ig_activations, gradient_attribution) "
+                                   "rank the trigger head's edges near out-of-circuit noise: the head matters on ~3% "
+                                   "of pairs, and the gradient is read where it does not fire",
+                     "weak": ("eap", "eap_ig_inputs", "eap_ig_activations", "gradient_attribution")},
+    "cancellation": {"models": ("cancellation",),
+                     "prediction": "methods that score a component by its total effect (activation_patching, "
+                                   "ablation_scan, greedy, node_sp, gradient_attribution) miss the carry head, "
+                                   "whose two paths cancel; edge methods find its edges",
+                     "weak": ("activation_patching", "ablation_scan", "greedy", "node_sp", "gradient_attribution"),
+                     "cancelling": ("a0.h0",)},
+}
+"""Family -> its planted models, the prediction in words, the methods predicted to fail, and the
+high-level nodes whose total effect is 0 by design (`cancelling`; their edges matter)."""
+
+
+def _case(name: str, values: tuple[int, ...], description: str) -> Case:
+    return Case(id=name, name=name.replace("-", "_"), family="planted", description=description,
+                task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
+                build_program=_no_program(name),
+                notes=f"Failure-mode family planted model (planted.failure_modes); see `zoo show planted {name}`.")
+
+
+def _task(name: str, values: tuple[int, ...], description: str, model: CausalModel, reference: Any) -> PlantedTask:
+    encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=values, max_seq_len=MAX_LEN,
+                        task_kind="classification")
+    return PlantedTask(case=_case(name, values, description), encoding=encoding, model=model, n_layers=2,
+                       n_heads=4, reference=reference, failure_mode=name)
+
+
+# rare-feature ---------------------------------------------------------------------------------
+
+RARE_VALUES = 8
+
+
+def _trigger(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    fired = (digits[:, 1:2] == 0) & (digits[:, 2:3] == 0)  # [N, 1]
+    return (fired & (torch.arange(digits.shape[1]) >= 2)).long()
+
+
+def _rare_answer(digits: torch.Tensor, real: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return (digits + torch.where(t == 1, 5, 1)) % RARE_VALUES
+
+
+def rare_reference(seq: tuple[int, ...]) -> list[int]:
+    """The label function, from the task's definition."""
+    fired = seq[0] == 0 and seq[1] == 0
+    return [(x + (5 if fired and i >= 2 else 1)) % RARE_VALUES for i, x in enumerate(seq, start=1)]
+
+
+def rare_feature() -> PlantedTask:
+    nodes = (Node(name="a0.h0", parents=(), fn=_trigger, reads_input=True,
+                  label="trigger: t = 1 from position 2 on if x_1 = x_2 = 0"),
+             Node(name="m0", parents=("a0.h0",), fn=_rare_answer, reads_input=True,
+                  label="answer: y = x_i + 5 if t else x_i + 1 (mod 8)"))
+    model = CausalModel(node_list=nodes, first_value_id=1, n_values=RARE_VALUES)
+    return _task("rare-feature", tuple(range(RARE_VALUES)),
+                 "Rare feature: y_i = (x_i + 1) mod 8, or (x_i + 5) mod 8 from position 2 on when x_1 = x_2 = 0 "
+                 "(1.6% of inputs); the trigger head matters on about 3% of resampled pairs.", model, rare_reference)
+
+
+# cancellation ---------------------------------------------------------------------------------
+
+CANCEL_VALUES = 5
+
+
+def _carry(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return digits[:, 1:2].expand_as(digits).clone()
+
+
+def _offset(digits: torch.Tensor, real: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    return (digits - c) % CANCEL_VALUES
+
+
+def _sum(digits: torch.Tensor, real: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
+    return (c + d) % CANCEL_VALUES
+
+
+def cancel_reference(seq: tuple[int, ...]) -> list[int]:
+    """The label function: the two paths cancel, so the output is the input token."""
+    return list(seq)
+
+
+def cancellation() -> PlantedTask:
+    nodes = (Node(name="a0.h0", parents=(), fn=_carry, reads_input=True, label="carry: c = x_1"),
+             Node(name="m0", parents=("a0.h0",), fn=_offset, reads_input=True, label="offset: d = (x_i - c) mod 5"),
+             Node(name="m1", parents=("a0.h0", "m0"), fn=_sum, label="sum: y = (c + d) mod 5"))
+    model = CausalModel(node_list=nodes, first_value_id=1, n_values=CANCEL_VALUES)
+    return _task("cancellation", tuple(range(CANCEL_VALUES)),
+                 "Cancellation: y_i = (c + d) mod 5 with c = x_1 (a head) and d = (x_i - c) mod 5 (an MLP): the "
+                 "head's two paths cancel, so its total effect is 0 while each of its edges matters.", model,
+                 cancel_reference)
+
+
+PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation}
+"""Planted model name -> its builder."""
+
+
+class _no_program:  # noqa: N801 - a callable standing in for Case.build_program
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __call__(self) -> Any:
+        from rasp_programs.case import CaseError
+
+        raise CaseError(f"planted model {self.name} is a hand-written causal model; it has no RASP program")

@@ -1,0 +1,75 @@
+"""The failure-mode families on the leaderboard (issue 36, item 2): for each family, every method's edge
+and node AUROC on its entries (mean over the method seeds given), the spread (best minus worst but
+random), and whether the family's prediction holds (each method named in planted.failure_modes.FAMILIES
+at least 0.15 below the best).
+
+    python tests/benchmarks/bench_failure_modes.py --root ROOT [--seeds 0,1,2] [--n 100]
+
+ROOT holds trained entries (`zoo train planted rare-feature --root ROOT`, `... cancellation ...`,
+optionally with --strict-edges); each seed is one `zoo bench --family all` run (methods' data and
+counterfactuals drawn with that seed; cached under ROOT/bench-failure-modes). Not part of CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+GAP = 0.15
+"""How far below the best a predicted failure must score (issue 36's target)."""
+
+
+def bench(root: Path, seed: int, n: int) -> dict:
+    out = subprocess.run([sys.executable, "-m", "zoo.cli", "bench", "--family", "all", "--root", str(root),
+                          "--seed", str(seed), "--n", str(n), "--json", "--out", str(root / "bench-failure-modes")],
+                         capture_output=True, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def summarise(boards: list[dict]) -> dict:
+    from planted.failure_modes import FAMILIES
+
+    out = {}
+    for family, spec in FAMILIES.items():
+        per: dict[str, dict[str, list[float]]] = {}
+        for board in boards:
+            for row in board.get("families", {}).get(family, {}).get("rows", []):
+                m = per.setdefault(row["method"], {"edge": [], "node": []})
+                for kind in ("edge", "node"):
+                    if row[f"{kind}_auroc"]["mean"] is not None:
+                        m[kind].append(row[f"{kind}_auroc"]["mean"])
+        if not per:
+            continue
+        edge = {k: statistics.mean(v["edge"]) for k, v in per.items() if v["edge"]}
+        node = {k: statistics.mean(v["node"]) for k, v in per.items() if v["node"]}
+        scored = {k: v for k, v in edge.items() if k != "random"}
+        best = max(scored, key=scored.get)
+        out[family] = {
+            "edge_auroc": {k: round(v, 3) for k, v in edge.items()},
+            "node_auroc": {k: round(v, 3) for k, v in node.items()},
+            "edge_sd_over_seeds": {k: round(statistics.stdev(v["edge"]), 3) for k, v in per.items() if len(v["edge"]) > 1},
+            "best": best, "spread": round(max(scored.values()) - min(scored.values()), 3),
+            "prediction": spec["prediction"],
+            "predicted_weak": {k: {"edge_gap": round(scored[best] - scored[k], 3), "holds": scored[best] - scored[k] >= GAP}
+                               for k in spec["weak"] if k in scored},
+        }
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--root", type=Path, required=True)
+    ap.add_argument("--seeds", default="0,1,2", help="method seeds, comma-separated (default 0,1,2)")
+    ap.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (zoo bench's default)")
+    args = ap.parse_args(argv)
+    boards = [bench(args.root, int(s), args.n) for s in args.seeds.split(",")]
+    print(json.dumps({"seeds": args.seeds, "n": args.n, "families": summarise(boards)}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

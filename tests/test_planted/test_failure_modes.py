@@ -1,0 +1,77 @@
+"""Failure-mode families (planted.failure_modes): each model's phenomenon is present in its
+high-level causal model (the ground truth the trained model is held to), and the families are listed
+and selected by name."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from planted import family_members, get_planted
+from planted.failure_modes import FAMILIES, PLANTED, _sum
+from rasp_programs.case import CaseError
+from siit.high_level import selection_rows
+from zoo.cli import main
+
+N = 20000
+
+
+def _run(name: str, seed: int):
+    task = get_planted(name)
+    seqs = task.case.sample(N, seed)
+    tokens, mask = task.encoding.encode(seqs)
+    labelled = mask.bool().clone()
+    labelled[:, 0] = False
+    out, values = task.high_level().run(tokens, mask)
+    return task, tokens, mask, labelled, out, values
+
+
+def test_rare_feature_fires_on_at_most_2_percent_of_inputs_and_matters_only_there() -> None:
+    task, tokens, mask, labelled, out, values = _run("rare-feature", 0)
+    fired = values[0].amax(dim=1) == 1  # [N]: the trigger fires somewhere in the input
+    assert 0.01 < float(fired.double().mean()) <= 0.02
+    _, src_tokens, src_mask, _, _, src_values = _run("rare-feature", 1)
+    model = task.high_level()
+    swapped = model.interchange(tokens, mask, src_values, selection_rows(2)[0])  # the trigger from the source
+    changed = ((swapped != out) & labelled).any(dim=1)
+    # only where the base or the counterfactual fires: ~2 x 1.6% of pairs, never elsewhere
+    assert 0.02 < float(changed.double().mean()) < 0.045
+    src_fired = src_values[0].amax(dim=1) == 1
+    assert not changed[~fired & ~src_fired].any()
+
+
+def test_cancellation_head_has_no_total_effect_but_each_edge_moves_the_output() -> None:
+    task, tokens, mask, labelled, out, values = _run("cancellation", 0)
+    _, _, _, _, _, src_values = _run("cancellation", 1)
+    model = task.high_level()
+    carry = selection_rows(3)[0]
+    assert torch.equal(model.interchange(tokens, mask, src_values, carry)[labelled], out[labelled])
+    digits = tokens - model.first_value_id
+    c, d = values[0], values[1]
+    c_src = src_values[0]
+    direct_edge = _sum(digits, mask.bool(), c_src, d)  # m1 reads the carry from the source, m0 from the base
+    differs = (c_src != c) & labelled
+    assert torch.equal((direct_edge != out) & labelled, differs)
+    assert 0.75 < float(differs[labelled].double().mean()) < 0.85
+    # and the edge into m0 alone: the offset is computed from the source's carry, the sum from the base's
+    offset_edge = _sum(digits, mask.bool(), c, (digits - c_src) % 5)
+    assert torch.equal((offset_edge != out) & labelled, differs)
+
+
+def test_families_name_their_models_and_predictions() -> None:
+    assert family_members("all") == list(PLANTED)
+    for family, spec in FAMILIES.items():
+        assert spec["prediction"] and spec["weak"]
+        for name in family_members(family):
+            assert get_planted(name).failure_mode == family
+    assert get_planted("ioi").failure_mode is None and get_planted("causal-bench-4x4").failure_mode is None
+    with pytest.raises(CaseError, match="unknown family 'nope'"):
+        family_members("nope")
+
+
+def test_zoo_list_planted_filters_by_family(capsys) -> None:
+    assert main(["list", "planted", "--family", "cancellation"]) == 0
+    rows = capsys.readouterr().out.splitlines()
+    assert len(rows) == 2 and rows[1].split()[0] == "cancellation" and "cancellation" in rows[1].split()
+    assert main(["list", "planted", "--family", "nope"]) == 2
+    assert "unknown family 'nope'" in capsys.readouterr().err

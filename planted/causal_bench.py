@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-from planted.causal_model import CausalModel, Node, PlantedTask
+from planted.causal_model import CausalModel, NoProgram, Node, PlantedTask
 from rasp_programs.case import BOS, PAD, Case, CaseError
 from rasp_programs.encoding import Encoding
 
@@ -101,7 +101,7 @@ def causal_bench(name: str) -> PlantedTask:
         description=(f"CAUSAL-BENCH's planted circuit in a {layers}-layer, {layers}-head transformer: y_i = "
                      "((x_1*b + x_1 + 2b) mod 5 + x_i) mod 5 with b = x_2 (x_1 at position 1), values 0-4."),
         task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
-        build_program=_no_program(name),
+        build_program=NoProgram(name),
         notes="Hand-written high-level model (planted.causal_bench); circuit: operand heads in layer 0, "
               "compute MLP, routing head, format MLP (see the module docstring).",
     )
@@ -109,11 +109,3 @@ def causal_bench(name: str) -> PlantedTask:
                         task_kind="classification")
     return PlantedTask(case=case, encoding=encoding, model=causal_model(layers), n_layers=layers,
                        n_heads=layers, reference=reference, lr=DEEP_LR if layers >= 10 else None)
-
-
-class _no_program:  # noqa: N801 - a callable standing in for Case.build_program
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self) -> Any:
-        raise CaseError(f"planted model {self.name} is a hand-written causal model; it has no RASP program")

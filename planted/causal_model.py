@@ -23,10 +23,21 @@ import torch
 
 from eval.core.circuit import INPUT, LOGITS, Circuit, TaskKind, node_sort_key, parse_node
 from eval.core.tlens import hooked_config
-from rasp_programs.case import Case
+from rasp_programs.case import Case, CaseError
 from rasp_programs.encoding import Encoding
 from siit.config import ArchConfig, ConfigError
 from siit.correspondence import Correspondence, NodeLayout, make_correspondence
+
+@dataclasses.dataclass(frozen=True)
+class NoProgram:
+    """A planted model's Case.build_program: a hand-written causal model has no RASP program, and asking
+    for one is a one-line CaseError."""
+
+    name: str
+
+    def __call__(self) -> Any:
+        raise CaseError(f"planted model {self.name} is a hand-written causal model; it has no RASP program")
+
 
 NodeFn = Callable[..., torch.Tensor]
 """fn(digits [N, T] long, real [N, T] bool, *parent values [N, T] long) -> values [N, T] long.

@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 
-from planted.causal_model import CausalModel, Node, PlantedTask
+from planted.causal_model import CausalModel, NoProgram, Node, PlantedTask
 from rasp_programs.case import BOS, PAD, Case
 from rasp_programs.encoding import Encoding
 
@@ -65,7 +65,7 @@ high-level nodes whose total effect is 0 by design (`cancelling`; their edges ma
 def _case(name: str, values: tuple[int, ...], description: str) -> Case:
     return Case(id=name, name=name.replace("-", "_"), family="planted", description=description,
                 task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
-                build_program=_no_program(name),
+                build_program=NoProgram(name),
                 notes=f"Failure-mode family planted model (planted.failure_modes); see `zoo show planted {name}`.")
 
 
@@ -143,12 +143,3 @@ def cancellation() -> PlantedTask:
 PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation}
 """Planted model name -> its builder."""
 
-
-class _no_program:  # noqa: N801 - a callable standing in for Case.build_program
-    def __init__(self, name: str) -> None:
-        self.name = name
-
-    def __call__(self) -> Any:
-        from rasp_programs.case import CaseError
-
-        raise CaseError(f"planted model {self.name} is a hand-written causal model; it has no RASP program")

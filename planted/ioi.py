@@ -31,8 +31,8 @@ from typing import Any
 
 import torch
 
-from planted.causal_model import CausalModel, Node, PlantedTask
-from rasp_programs.case import BOS, PAD, Case, CaseError
+from planted.causal_model import CausalModel, NoProgram, Node, PlantedTask
+from rasp_programs.case import BOS, PAD, Case
 
 NAMES = ("Ann", "Bob", "Cat", "Dan", "Eve", "Fay")
 WORDS = ("and", "went", "then", "said", "gave", "it", "to")
@@ -120,7 +120,7 @@ def ioi() -> PlantedTask:
         description="Indirect object identification on synthetic sentences (ABBA and BABA templates over six "
                     "names): from the repeated subject on, output the indirect object.",
         max_seq_len=max(map(len, TEMPLATES)), min_seq_len=min(map(len, TEMPLATES)), causal=True,
-        build_program=_NoProgram(), sampler=sample,
+        build_program=NoProgram("ioi"), sampler=sample,
         notes="Hand-written high-level model after InterpBench's Figure 4 (planted.ioi).",
     )
     from rasp_programs.encoding import Encoding
@@ -129,8 +129,3 @@ def ioi() -> PlantedTask:
                         task_kind="classification")
     return PlantedTask(case=case, encoding=encoding, model=model, n_layers=4, n_heads=4, d_head=8,
                        reference=reference, last_position_weight=10.0)
-
-
-class _NoProgram:
-    def __call__(self) -> Any:
-        raise CaseError("planted model ioi is a hand-written causal model; it has no RASP program")

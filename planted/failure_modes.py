@@ -32,6 +32,19 @@ cancellation (family `cancellation`; values 0-4):
   (activation_patching, ablation_scan, greedy, node_sp, gradient_attribution) put a0.h0 with the
   out-of-circuit nodes; methods that score edges (edge_patching, eap, eap_ig_*, acdc, edge_sp) find
   its edges.
+
+saturation (family `saturation`; values 0-4):
+
+    duplicate  a0.h0  u_i = 1 if x_i occurs among x_1 .. x_{i-1}, else 0
+    answer     m0     y_i = (x_i + 3) mod 5 if u_i, else (x_i + 1) mod 5
+
+  The duplicate head must find a matching token by content: its query and key read the input, and a
+  sharp match saturates its softmax. Prediction (Kramár et al. 2024, AtP*, §3.1: attribution patching
+  underestimates query and key edges of saturated attention, because the softmax's gradient vanishes
+  where patching moves the pattern from one key to another): at q/k/v level, eap and
+  gradient_attribution rank the head's q and k edges low while exact edge patching ranks them in;
+  integrated gradients (eap_ig_*) recover part of it. At head level the head's v edge hides this
+  (a head edge takes its largest part).
 """
 
 from __future__ import annotations
@@ -57,9 +70,15 @@ FAMILIES: dict[str, dict[str, Any]] = {
                                    "whose two paths cancel; edge methods find its edges",
                      "weak": ("activation_patching", "ablation_scan", "greedy", "node_sp", "gradient_attribution"),
                      "cancelling": ("a0.h0",)},
+    "saturation": {"models": ("saturation",),
+                   "prediction": "at q/k/v level, eap and gradient_attribution rank the duplicate head's query "
+                                 "and key edges low (the saturated softmax has a vanishing gradient), while exact "
+                                 "edge patching ranks them in; at head level the v edge hides it",
+                   "weak": ("eap", "gradient_attribution"), "level": "qkv_edge"},
 }
-"""Family -> its planted models, the prediction in words, the methods predicted to fail, and the
-high-level nodes whose total effect is 0 by design (`cancelling`; their edges matter)."""
+"""Family -> its planted models, the prediction in words, the methods predicted to fail, the
+high-level nodes whose total effect is 0 by design (`cancelling`; their edges matter), and the level
+the prediction is about (`level`: `edge`, the default, or `qkv_edge`)."""
 
 
 def _case(name: str, values: tuple[int, ...], description: str) -> Case:
@@ -140,6 +159,39 @@ def cancellation() -> PlantedTask:
                  cancel_reference)
 
 
-PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation}
+# saturation -----------------------------------------------------------------------------------
+
+SATURATION_VALUES = 5
+
+
+def _duplicate(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    T = digits.shape[1]
+    same = digits[:, :, None] == digits[:, None, :]  # [N, query, key]
+    earlier = torch.ones(T, T, dtype=torch.bool).tril(-1) & (torch.arange(T) >= 1)[None, :]  # key < query, no BOS
+    return (same & earlier & real[:, None, :]).any(-1).long()
+
+
+def _saturation_answer(digits: torch.Tensor, real: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
+    return (digits + torch.where(u == 1, 3, 1)) % SATURATION_VALUES
+
+
+def saturation_reference(seq: tuple[int, ...]) -> list[int]:
+    """The label function, from the task's definition."""
+    return [(x + (3 if x in seq[: i - 1] else 1)) % SATURATION_VALUES for i, x in enumerate(seq, start=1)]
+
+
+def saturation() -> PlantedTask:
+    nodes = (Node(name="a0.h0", parents=(), fn=_duplicate, reads_input=True,
+                  label="duplicate: u = 1 if x_i occurred before"),
+             Node(name="m0", parents=("a0.h0",), fn=_saturation_answer, reads_input=True,
+                  label="answer: y = x_i + 3 if u else x_i + 1 (mod 5)"))
+    model = CausalModel(node_list=nodes, first_value_id=1, n_values=SATURATION_VALUES)
+    return _task("saturation", tuple(range(SATURATION_VALUES)),
+                 "Attention saturation: y_i = (x_i + 3) mod 5 if x_i occurred earlier in the input, else (x_i + 1) "
+                 "mod 5; a head finds the earlier match by content (query and key read the input).", model,
+                 saturation_reference)
+
+
+PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation, "saturation": saturation}
 """Planted model name -> its builder."""
 

@@ -20,7 +20,7 @@ from eval.patching.ablation import AblationKind, make_context
 from eval.methods.registry import REGISTRY
 from eval.core.circuit import Circuit, edge_name
 from eval.scoring.chance import chance_line, circuit_chance, output_kind
-from eval.scoring.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour
+from eval.scoring.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour, qkv_scores
 from eval.core.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
 from eval.methods.interface import Method, MethodError, MethodOutput, Progress, call_method, get_method, read_score_file
 from eval.methods.options import options_of
@@ -219,15 +219,23 @@ class _Truth:
     """Inert ground-truth edges: neither positives nor negatives, no counterfactual can find them."""
     skip_pairs: set[tuple[str, str]]
     edge_universe: list[str]
+    qkv_names: set[str]
+    """q/k/v-level ground truth: every part of a ground-truth head edge (an edge into a head stands for
+    its q, k and v edges) that some counterfactual moves."""
+    qkv_skip: set[str]
+    """Inert q/k/v parts of ground-truth edges (Inert.qkv_edges): neither positives nor negatives."""
 
 
 def _truth(t: Target, graph: ComputationGraph, inert: Inert) -> _Truth:
     skip = set(inert.edges)
     skip_pairs = {(a, b) for a, b in graph.edges if f"{a}->{b}" in skip}
     truth_edges = {(a, b) for a, b in t.truth.edges} - skip_pairs
+    qkv_skip = set(inert.qkv_edges)
+    qkv_names = {f"{a}->{b}" for e in t.truth.edges for a, b in graph.expand_to_qkv(tuple(e))} - qkv_skip
     return _Truth(nodes=set(t.truth.nodes), edges=truth_edges, edge_names={f"{a}->{b}" for a, b in truth_edges},
                   skip=skip, skip_pairs=skip_pairs,
-                  edge_universe=[f"{a}->{b}" for a, b in graph.edges if f"{a}->{b}" not in skip])
+                  edge_universe=[f"{a}->{b}" for a, b in graph.edges if f"{a}->{b}" not in skip],
+                  qkv_names=qkv_names, qkv_skip=qkv_skip)
 
 
 def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], seconds: float, t: Target,
@@ -237,8 +245,9 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
     identified = identified_set(out, graph, s.relative_threshold)
     circuits = None
     mib = None
+    qkv_level = None  # circuit methods: their circuits are head-level
     if out.circuits is None:
-        node_level, edge_level, mib, node_scores = _score_scorer(out, graph, ctx, s, tr, identified)
+        node_level, edge_level, qkv_level, mib, node_scores = _score_scorer(out, graph, ctx, s, tr, identified)
     else:
         node_scores = None
         node_level, edge_level, circuits = _score_circuits(out, graph, s, tr, identified)
@@ -246,7 +255,8 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
     stability = mean_pairwise_jaccard(sets) if len(sets) > 1 else None
     cb = causal_bench(nb, identified, stability=stability, weights=s.weights, cos_threshold=s.cos_threshold)
     return MethodResult(
-        key=key, name=name, kind=out.kind, node=node_level, edge=edge_level, causal_bench=cb, mib=mib,
+        key=key, name=name, kind=out.kind, node=node_level, edge=edge_level, qkv_edge=qkv_level, causal_bench=cb,
+        mib=mib,
         identified=tuple(c for c in graph.components if c in identified), node_scores=node_scores,
         circuits=tuple(circuits) if circuits is not None else None,
         stability_sets=tuple(tuple(sorted(x)) for x in sets) if len(sets) > 1 else None,
@@ -255,8 +265,8 @@ def _score(key: str, name: str, out: MethodOutput, reruns: list[MethodOutput], s
 
 
 def _score_scorer(out: MethodOutput, graph: ComputationGraph, ctx: Any, s: Settings, tr: _Truth,
-                  identified: set[str]) -> tuple[LevelResult, LevelResult, Any, dict[str, float]]:
-    """A scorer's node and edge results (threshold sweeps), its MIB curve and its node scores."""
+                  identified: set[str]) -> tuple[LevelResult, LevelResult, LevelResult, Any, dict[str, float]]:
+    """A scorer's node, edge and q/k/v-edge results (threshold sweeps), its MIB curve and its node scores."""
     truth_nodes, truth_edges, truth_edge_names = tr.nodes, tr.edges, tr.edge_names
     skip, skip_pairs, edge_universe = tr.skip, tr.skip_pairs, tr.edge_universe
     node_scores = _node_scores(out, graph)
@@ -265,7 +275,7 @@ def _score_scorer(out: MethodOutput, graph: ComputationGraph, ctx: Any, s: Setti
     node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
     edge_roc = roc(named_edges, truth_edge_names)
     chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores),
-                         exclude=skip_pairs)
+                         exclude=skip_pairs, exclude_qkv={_pair(e) for e in tr.qkv_skip})
     rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
     edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
     node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
@@ -279,8 +289,29 @@ def _score_scorer(out: MethodOutput, graph: ComputationGraph, ctx: Any, s: Setti
                              n_positive=len(truth_edges), n_total=len(edge_universe),
                              chance=chance.edge_auroc, chance_rule=chance.rule, excluded=tuple(sorted(skip)))
     # MIB ranks q/k/v edges: the method's own edge scores, unpromoted (head-level ones are copied)
-    mib = mib_curve(ctx, out.edge_scores if out.edge_scores is not None else edge_scores, s.mib_sizes)
-    return node_level, edge_level, mib, node_scores
+    own = out.edge_scores if out.edge_scores is not None else edge_scores
+    mib = mib_curve(ctx, own, s.mib_sizes)
+    qkv_level = _qkv_level(own, graph, tr, chance, s.relative_threshold)
+    return node_level, edge_level, qkv_level, mib, node_scores
+
+
+def _pair(name: str) -> tuple[str, str]:
+    src, dst = name.split("->")
+    return src, dst
+
+
+def _qkv_level(edge_scores: Any, graph: ComputationGraph, tr: _Truth, chance: Any, relative: float) -> LevelResult:
+    """A scorer's q/k/v-level edge ROC: its q/k/v scores as given, head-level ones copied to their three
+    parts (eval.scoring.faithfulness.qkv_scores), inert ground-truth parts left out."""
+    named = {f"{a}->{b}": abs(v) for (a, b), v in qkv_scores(graph, edge_scores).items()
+             if f"{a}->{b}" not in tr.qkv_skip}
+    qkv_roc = roc(named, tr.qkv_names)
+    rel = relative * max(named.values(), default=0.0)
+    return LevelResult(level="qkv_edge", auroc=qkv_roc.auroc, roc=qkv_roc, auroc_kind="threshold_sweep",
+                       at_threshold=prf({e for e, v in named.items() if v > 0 and v >= rel}, tr.qkv_names),
+                       at_top_k=prf(top_k(named, len(tr.qkv_names)), tr.qkv_names),
+                       n_positive=len(tr.qkv_names), n_total=len(named), chance=chance.qkv_edge_auroc,
+                       chance_rule=chance.rule, excluded=tuple(sorted(tr.qkv_skip)))
 
 
 def _score_circuits(out: MethodOutput, graph: ComputationGraph, s: Settings, tr: _Truth,

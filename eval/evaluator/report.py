@@ -17,8 +17,8 @@ SCHEMA = "zoo-eval/1"
 class LevelResult:
     """Ground-truth recovery at one level (nodes or edges)."""
 
-    level: Literal["node", "edge"]
-    """Which items were scored: components, or head-level edges."""
+    level: Literal["node", "edge", "qkv_edge"]
+    """Which items were scored: components, head-level edges, or q/k/v-level edges."""
     auroc: float
     """Area under `roc` (scorers: threshold sweep; circuit methods: pessimistic staircase)."""
     roc: Roc
@@ -57,6 +57,9 @@ class MethodResult:
     """Whether the method scored components/edges or returned circuits."""
     node: LevelResult
     edge: LevelResult
+    qkv_edge: LevelResult | None
+    """q/k/v-level edges (scorers; None for circuit methods): a head edge of the ground truth stands for
+    its q, k and v parts, inert parts left out; head-level scores are copied to their parts."""
     causal_bench: CausalBench
     """CAUSAL-BENCH metrics of the identified node set."""
     mib: MibCurve | None

@@ -125,6 +125,10 @@ class Cell:
     """The node AUROC's chance line (eval.scoring.chance)."""
     edge_chance: float | None = None
     """The edge AUROC's chance line."""
+    qkv_edge_auroc: float | None = None
+    """q/k/v-level edge AUROC (scorers only; eval report's `qkv_edge`)."""
+    qkv_edge_chance: float | None = None
+    """Its chance line."""
     node_f1: float | None = None
     """F1 of the identified node set."""
     edge_f1: float | None = None
@@ -253,6 +257,8 @@ def cell_from_result(r: MethodResult, *, method: str, entry: BenchEntry, seed: i
     return Cell(method=method, entry=entry.name, model=entry.model, seed=seed, status="ok", kind=r.kind,
                 node_auroc=_finite(r.node.auroc), edge_auroc=_finite(r.edge.auroc),
                 node_chance=_finite(r.node.chance), edge_chance=_finite(r.edge.chance),
+                qkv_edge_auroc=_finite(r.qkv_edge.auroc) if r.qkv_edge else None,
+                qkv_edge_chance=_finite(r.qkv_edge.chance) if r.qkv_edge else None,
                 node_f1=_finite(r.node.at_threshold.f1), edge_f1=_finite(r.edge.at_threshold.f1),
                 cpr=_finite(r.mib.cpr) if r.mib else None, cmd=_finite(r.mib.cmd) if r.mib else None,
                 seconds=r.seconds, inert_edges=tuple(inert))

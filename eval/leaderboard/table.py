@@ -55,6 +55,10 @@ class Row:
     """The node chance line over the same entries."""
     edge_chance: Spread
     """The edge chance line over the same entries."""
+    qkv_edge_auroc: Spread
+    """q/k/v-level edge AUROC over entries (scorers only)."""
+    qkv_edge_chance: Spread
+    """Its chance line over the same entries."""
     node_f1: Spread
     """F1 of the identified node set."""
     edge_f1: Spread
@@ -126,8 +130,8 @@ def _rows(cells: Sequence[Cell]) -> tuple[Row, ...]:
         rows.append(Row(method=key, entries=len(ok), missing=sum(c.status == "missing" for c in mine),
                         errors=sum(c.status == "error" for c in mine),
                         **{f: spread([getattr(c, f) for c in ok]) for f in (
-                            "node_auroc", "edge_auroc", "node_chance", "edge_chance", "node_f1", "edge_f1", "cpr",
-                            "cmd", "seconds")}))
+                            "node_auroc", "edge_auroc", "node_chance", "edge_chance", "qkv_edge_auroc",
+                            "qkv_edge_chance", "node_f1", "edge_f1", "cpr", "cmd", "seconds")}))
     return tuple(rows)
 
 
@@ -167,7 +171,8 @@ def _clean(value: Any) -> Any:
     return value
 
 
-CSV_FIELDS = ("node_auroc", "edge_auroc", "node_chance", "edge_chance", "node_f1", "edge_f1", "cpr", "cmd", "seconds")
+CSV_FIELDS = ("node_auroc", "edge_auroc", "node_chance", "edge_chance", "qkv_edge_auroc", "qkv_edge_chance", "node_f1",
+              "edge_f1", "cpr", "cmd", "seconds")
 
 
 def to_csv(board: Leaderboard) -> str:
@@ -228,19 +233,22 @@ def _grid(rows: list[tuple[str, ...]]) -> list[str]:
 
 def table(board: Leaderboard) -> str:
     """The terminal leaderboard: the per-method table, then RQ4's p and A12 matrices."""
-    header = ("method", "n", "AUROC-n", "chance-n", "AUROC-e", "chance-e", "F1-n", "F1-e", "CPR", "CMD", "sec/entry")
+    header = ("method", "n", "AUROC-n", "chance-n", "AUROC-e", "chance-e", "AUROC-qkv", "chance-qkv", "F1-n", "F1-e",
+              "CPR", "CMD", "sec/entry")
     rows = [header]
     for r in board.rows:
         n = (f"{r.entries}" + (f" ({r.missing} missing)" if r.missing else "")
              + (f" ({r.errors} failed)" if r.errors else ""))
         rows.append((r.method, n, _ms(r.node_auroc), _f(r.node_chance.mean), _ms(r.edge_auroc), _f(r.edge_chance.mean),
-                     _f(r.node_f1.mean), _f(r.edge_f1.mean), _f(r.cpr.mean), _f(r.cmd.mean),
+                     _ms(r.qkv_edge_auroc), _f(r.qkv_edge_chance.mean), _f(r.node_f1.mean), _f(r.edge_f1.mean), _f(r.cpr.mean), _f(r.cmd.mean),
                      _f(r.seconds.mean, ".2f")))
     s = board.settings
     out = [f"leaderboard over {len(board.entries)} entries ({', '.join(board.entries)}); n={s['n']}, "
            f"seed {s['seed']}, ablation {s['ablation']}; {board.computed} computed, {board.reused} from the cache",
            *_grid(rows),
-           "AUROC-n/e: node/edge AUROC, mean±sd over entries; chance-n/e: the chance line (expected AUROC of random "
+           "AUROC-n/e/qkv: node/head-edge/q-k-v-edge AUROC (q/k/v: scorers only; a head edge of the ground truth "
+           "stands for its q, k, v parts, inert parts left out), mean±sd over entries; chance-n/e/qkv: the chance line "
+           "(expected AUROC of random "
            "scores of the method's kind, not 0.5), mean over the same entries; F1 at the identified set; CPR/CMD: "
            "MIB on the q/k/v graph (scorers only)"]
     keys = [r.method for r in board.rows if r.edge_auroc.n]
@@ -268,9 +276,9 @@ def table(board: Leaderboard) -> str:
     for family, f in board.families.items():
         out.append(f"family {family} ({', '.join(f['entries'])}): edge AUROC per method (mean over its entries); "
                    f"best minus worst but random: {_f(f['spread'])}")
-        out += _grid([("method", "n", "AUROC-n", "AUROC-e", "chance-e")] + [
-            (r.method, str(r.entries), _ms(r.node_auroc), _ms(r.edge_auroc), _f(r.edge_chance.mean))
-            for r in f["rows"]])
+        out += _grid([("method", "n", "AUROC-n", "AUROC-e", "chance-e", "AUROC-qkv", "chance-qkv")] + [
+            (r.method, str(r.entries), _ms(r.node_auroc), _ms(r.edge_auroc), _f(r.edge_chance.mean),
+             _ms(r.qkv_edge_auroc), _f(r.qkv_edge_chance.mean)) for r in f["rows"]])
     failed = [c for c in board.cells if c.status == "error"]
     for c in failed:
         out.append(f"failed: {c.method} on {c.entry}: {c.message}")

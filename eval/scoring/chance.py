@@ -42,6 +42,9 @@ class ChanceLine:
     """Expected node AUROC (exact)."""
     edge_auroc: float
     """Expected head-level edge AUROC (exact)."""
+    qkv_edge_auroc: float = float("nan")
+    """Expected q/k/v-level edge AUROC (exact): a head-level score is copied to its three parts, a node
+    score reaches a part through its head edge's smaller endpoint."""
 
 
 def output_kind(node_scores: Mapping[str, float] | None,
@@ -55,9 +58,11 @@ def output_kind(node_scores: Mapping[str, float] | None,
 
 def chance_line(graph: ComputationGraph, truth_nodes: Collection[str],
                 truth_edges: Collection[tuple[str, str]], kind: ChanceKind, *,
-                exclude: Collection[tuple[str, str]] = ()) -> ChanceLine:
+                exclude: Collection[tuple[str, str]] = (),
+                exclude_qkv: Collection[tuple[str, str]] = ()) -> ChanceLine:
     """The chance line of `kind` on this graph and ground truth; `exclude`d head edges (inert
-    ground truth, left out of the report's edge AUROC) are left out here too."""
+    ground truth, left out of the report's edge AUROC) are left out here too, as are the
+    `exclude_qkv` parts at q/k/v level."""
     components = graph.components
     head_edges = graph.at("head").edges
     if kind == "node":
@@ -80,10 +85,26 @@ def chance_line(graph: ComputationGraph, truth_nodes: Collection[str],
         raise ValueError(f"unknown chance kind {kind!r}; allowed: node, head, qkv")
     edge_reduce = "min" if kind == "node" else "max"  # nodes_to_edge_scores keeps the smaller endpoint
     excluded = set(exclude)
+    head_truth = {(promote(s), promote(d)) for s, d in truth_edges}
     return ChanceLine(kind=kind, rule=RULES[kind],
                       node_auroc=_split(node_draws, set(truth_nodes), "max"),
                       edge_auroc=_split({e: d for e, d in edge_draws.items() if e not in excluded},
-                                        {(promote(s), promote(d)) for s, d in truth_edges}, edge_reduce))
+                                        head_truth, edge_reduce),
+                      qkv_edge_auroc=_qkv_chance(graph, edge_draws, head_truth, kind, set(exclude_qkv)))
+
+
+def _qkv_chance(graph: ComputationGraph, edge_draws: Mapping, head_truth: set, kind: ChanceKind,
+                excluded: set) -> float:
+    """Expected q/k/v-level AUROC: a random q/k/v scorer draws one score per part; a head-level one
+    shares its head edge's draw among the parts; a node-level one its head edge's endpoint draws (min)."""
+    qkv_edges = [e for e in graph.at("qkv").edges if e not in excluded]
+    if kind == "qkv":
+        draws = {e: frozenset([i]) for i, e in enumerate(qkv_edges)}
+    else:
+        draws = {e: edge_draws[(promote(e[0]), promote(e[1]))] for e in qkv_edges}
+    truth = {p for e in head_truth for p in graph.expand_to_qkv(e)}
+    return chance_auroc([d for e, d in draws.items() if e in truth], [d for e, d in draws.items() if e not in truth],
+                        reduce="min" if kind == "node" else "max")
 
 
 def _split(draws: Mapping, truth: set, reduce: Literal["max", "min"]) -> float:

@@ -3,11 +3,12 @@ and node AUROC on its entries (mean over the method seeds given), the spread (be
 random), and whether the family's prediction holds (each method named in planted.failure_modes.FAMILIES
 at least 0.15 below the best).
 
-    python tests/benchmarks/bench_failure_modes.py --root ROOT [--seeds 0,1,2] [--n 100]
+    python tests/benchmarks/bench_failure_modes.py --root ROOT [--root ROOT2 ...] [--seeds 0,1,2] [--n 100]
 
-ROOT holds trained entries (`zoo train planted rare-feature --root ROOT`, `... cancellation ...`,
-optionally with --strict-edges); each seed is one `zoo bench --family all` run (methods' data and
-counterfactuals drawn with that seed; cached under ROOT/bench-failure-modes). Not part of CI.
+Each ROOT holds trained entries (`zoo train planted rare-feature --root ROOT [--seed S]`, `...
+cancellation ...`, optionally with --strict-edges): give one root per training seed. Each (root, seed)
+is one `zoo bench --family all` run (methods' data and counterfactuals drawn with that seed; cached
+under ROOT/bench-failure-modes); numbers are means over all runs, sd over them. Not part of CI.
 """
 
 from __future__ import annotations
@@ -24,7 +25,11 @@ GAP = 0.15
 
 
 def bench(root: Path, seed: int, n: int) -> dict:
-    out = subprocess.run([sys.executable, "-m", "zoo.cli", "bench", "--family", "all", "--root", str(root),
+    """One `zoo bench` over the failure-mode entries the root has."""
+    from planted import family_members
+
+    have = [m for m in family_members("all") if (root / "entries" / f"planted-{m}").is_dir()]
+    out = subprocess.run([sys.executable, "-m", "zoo.cli", "bench", "--planted", ",".join(have), "--root", str(root),
                           "--seed", str(seed), "--n", str(n), "--json", "--out", str(root / "bench-failure-modes")],
                          capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
@@ -38,20 +43,23 @@ def summarise(boards: list[dict]) -> dict:
         per: dict[str, dict[str, list[float]]] = {}
         for board in boards:
             for row in board.get("families", {}).get(family, {}).get("rows", []):
-                m = per.setdefault(row["method"], {"edge": [], "node": []})
-                for kind in ("edge", "node"):
+                m = per.setdefault(row["method"], {"edge": [], "node": [], "qkv_edge": []})
+                for kind in ("edge", "node", "qkv_edge"):
                     if row[f"{kind}_auroc"]["mean"] is not None:
                         m[kind].append(row[f"{kind}_auroc"]["mean"])
         if not per:
             continue
         edge = {k: statistics.mean(v["edge"]) for k, v in per.items() if v["edge"]}
         node = {k: statistics.mean(v["node"]) for k, v in per.items() if v["node"]}
+        qkv = {k: statistics.mean(v["qkv_edge"]) for k, v in per.items() if v["qkv_edge"]}
         scored = {k: v for k, v in edge.items() if k != "random"}
         best = max(scored, key=scored.get)
         out[family] = {
             "edge_auroc": {k: round(v, 3) for k, v in edge.items()},
             "node_auroc": {k: round(v, 3) for k, v in node.items()},
-            "edge_sd_over_seeds": {k: round(statistics.stdev(v["edge"]), 3) for k, v in per.items() if len(v["edge"]) > 1},
+            "qkv_edge_auroc": {k: round(v, 3) for k, v in qkv.items()},
+            "runs": len(boards),
+            "edge_sd_over_runs": {k: round(statistics.stdev(v["edge"]), 3) for k, v in per.items() if len(v["edge"]) > 1},
             "best": best, "spread": round(max(scored.values()) - min(scored.values()), 3),
             "prediction": spec["prediction"],
             "predicted_weak": {k: {"edge_gap": round(scored[best] - scored[k], 3), "holds": scored[best] - scored[k] >= GAP}
@@ -62,12 +70,14 @@ def summarise(boards: list[dict]) -> dict:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--root", type=Path, required=True)
+    ap.add_argument("--root", type=Path, action="append", required=True,
+                    help="a zoo root with the families' entries (repeatable: one per training seed)")
     ap.add_argument("--seeds", default="0,1,2", help="method seeds, comma-separated (default 0,1,2)")
     ap.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (zoo bench's default)")
     args = ap.parse_args(argv)
-    boards = [bench(args.root, int(s), args.n) for s in args.seeds.split(",")]
-    print(json.dumps({"seeds": args.seeds, "n": args.n, "families": summarise(boards)}, indent=1))
+    boards = [bench(root, int(s), args.n) for root in args.root for s in args.seeds.split(",")]
+    print(json.dumps({"roots": [str(r) for r in args.root], "seeds": args.seeds, "n": args.n,
+                      "families": summarise(boards)}, indent=1))
     return 0
 
 

@@ -93,10 +93,15 @@ def _pipeline_aurocs(kind, rng):
     else:
         edges = GRAPH.at(kind).edges
         out = MethodOutput(edge_scores=dict(zip(edges, rng.uniform(-1, 1, len(edges)))))
+    from eval.scoring.faithfulness import qkv_scores
+
     nodes, edges = _node_scores(out, GRAPH), _edge_scores(out, GRAPH)
     node_auroc = roc({c: abs(v) for c, v in nodes.items()}, TRUTH_NODES).auroc
     edge_auroc = roc({f"{a}->{b}": abs(v) for (a, b), v in edges.items()}, {f"{a}->{b}" for a, b in TRUTH_EDGES}).auroc
-    return node_auroc, edge_auroc
+    qkv = qkv_scores(GRAPH, out.edge_scores if out.edge_scores is not None else edges)
+    qkv_truth = {f"{a}->{b}" for e in TRUTH_EDGES for a, b in GRAPH.expand_to_qkv(e)}
+    qkv_auroc = roc({f"{a}->{b}": abs(v) for (a, b), v in qkv.items()}, qkv_truth).auroc
+    return node_auroc, edge_auroc, qkv_auroc
 
 
 @pytest.mark.parametrize("kind", ["node", "head", "qkv"])
@@ -107,6 +112,9 @@ def test_chance_line_matches_random_scores_through_the_report_pipeline(kind):
     mean, se = draws.mean(axis=0), draws.std(axis=0, ddof=1) / np.sqrt(len(draws))
     assert abs(line.node_auroc - mean[0]) < 4 * se[0] + 1e-9
     assert abs(line.edge_auroc - mean[1]) < 4 * se[1] + 1e-9
+    assert abs(line.qkv_edge_auroc - mean[2]) < 4 * se[2] + 1e-9  # the q/k/v level (scorers)
+    if kind != "node":  # one draw per part, or one shared by a head edge's parts: positives never tie negatives
+        assert line.qkv_edge_auroc == 0.5
 
 
 def test_chance_line_is_not_one_half_at_edge_level():

@@ -220,3 +220,36 @@ def test_settings_are_validated(compiled):
         Settings(bogus=1)  # type: ignore[call-arg]
     assert resolve_target(compiled("4")).which == "compiled"
     assert math.isclose(Settings().relative_threshold, 0.05)
+
+
+def test_qkv_level_auroc_sees_what_head_level_promotion_hides(compiled):
+    """A scorer that scores only the v part of every ground-truth edge into a head is perfect at head
+    level (a head edge takes its largest part) but not at q/k/v level, where the live q and k parts are
+    positives it ranks last; head-level scores are copied to their parts; circuit methods have none."""
+    cc = compiled("4")
+    graph = graph_of(cc.model)
+    truth = {tuple(e) for e in cc.graph.promoted().edges}
+    into_heads = [e for e in truth if graph.expand_to_qkv(e) != [e]]
+    assert into_heads  # the case has edges into heads
+
+    def v_only(model, task, *, graph):
+        scores = {}
+        for e in graph.at("qkv").edges:
+            head = (e[0], e[1].split("<")[0])
+            scores[e] = (1.0 if e[1].endswith("<v>") or "<" not in e[1] else 0.0) if head in truth else 0.0
+        return {"edges": {f"{a}->{b}": v for (a, b), v in scores.items()}}
+
+    def head_level(model, task, *, graph):
+        return {"edges": {f"{a}->{b}": float((a, b) in truth) for a, b in graph.edges}}
+
+    from eval.methods.interface import Method
+
+    report = evaluate(cc, [Method(key="v_only", name="v only", function=v_only),
+                           Method(key="head_level", name="head level", function=head_level), "greedy"], **FAST)
+    v, head, greedy = report.methods
+    assert v.edge.auroc == 1.0 and head.edge.auroc == 1.0
+    live = v.qkv_edge.n_positive
+    assert live >= len(truth) and head.qkv_edge.auroc == 1.0
+    assert v.qkv_edge.auroc < 1.0 and v.qkv_edge.level == "qkv_edge"
+    assert greedy.qkv_edge is None
+    assert 0 < v.qkv_edge.chance < 1

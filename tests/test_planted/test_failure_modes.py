@@ -58,6 +58,21 @@ def test_cancellation_head_has_no_total_effect_but_each_edge_moves_the_output() 
     assert torch.equal((offset_edge != out) & labelled, differs)
 
 
+def test_saturation_head_needs_a_content_match_with_an_earlier_token() -> None:
+    task, tokens, mask, labelled, out, values = _run("saturation", 0)
+    u = values[0]
+    assert 0.2 < float(u[labelled].double().mean()) < 0.45  # both classes common
+    digits = tokens - task.high_level().first_value_id
+    # a first token never has an earlier match; changing one earlier token can create or remove a match
+    assert not u[:, 1].any()
+    changed = digits.clone()
+    changed[:, 1] = (changed[:, 1] + 1) % 5
+    moved = task.high_level().run(changed + task.high_level().first_value_id, mask)[1][0]
+    assert ((moved != u) & labelled).any(dim=1).double().mean() > 0.3
+    swapped = task.high_level().interchange(tokens, mask, _run("saturation", 1)[5], selection_rows(2)[0])
+    assert torch.equal((swapped != out) & labelled, (_run("saturation", 1)[5][0] != u) & labelled)
+
+
 def test_families_name_their_models_and_predictions() -> None:
     assert family_members("all") == list(PLANTED)
     for family, spec in FAMILIES.items():

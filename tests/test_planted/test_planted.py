@@ -87,7 +87,7 @@ def test_every_planted_node_changes_the_output_under_some_interchange(name) -> N
     # tests/test_planted/test_failure_modes.py); every other node changes the output
     cancelling = list(FAMILIES.get(task.failure_mode or "", {}).get("cancelling", ()))
     assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == cancelling
-    assert n == {"ioi": 3, "rare-feature": 2, "cancellation": 3}.get(name, 5) and task.graph.nodes == model.nodes
+    assert n == {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2}.get(name, 5) and task.graph.nodes == model.nodes
 
 
 def test_ioi_generator_yields_its_templates_with_distinct_subject_and_object() -> None:

@@ -159,6 +159,9 @@ class PlantedTask:
     failure_mode: str | None = None
     """The failure-mode family it belongs to (planted.failure_modes.FAMILIES), or None for a model that
     reproduces a paper's planted circuit (CAUSAL-BENCH, IOI)."""
+    strict_edges: bool | None = None
+    """Edge-level strictness when the command line says neither --strict-edges nor --no-strict-edges
+    (None: siit.config.TrainConfig's default); the failure-mode models train edge-exact."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:

@@ -3,7 +3,8 @@ known class of circuit methods mishandles, each with the prediction, stated befo
 
 Every model is a hand-written causal model trained by SIIT like the CAUSAL-BENCH ones (2 layers, 4
 heads, d_model 16; causal attention; lengths 3-6), so its ground truth is exact in the same sense:
-IIA and SIIA 1.0, out-of-circuit nodes inert at every length.
+IIA and SIIA 1.0, out-of-circuit nodes inert at every length; and, since `zoo train planted NAME`
+trains these with edge-level strictness unless told `--no-strict-edges`, every out-of-circuit edge too.
 
 rare-feature (family `rare-feature`; values 0-7):
 
@@ -18,20 +19,21 @@ rare-feature (family `rare-feature`; values 0-7):
   from firing, so the trigger edges rank near the out-of-circuit noise; exact patching ranks them in
   whenever one firing pair is drawn.
 
-cancellation (family `cancellation`; values 0-4):
+cancellation (family `cancellation`; values 0-4, answers 0-1):
 
-    carry    a0.h0  c_i = x_1
-    offset   m0     d_i = (x_i - c_i) mod 5
-    sum      m1     y_i = (c_i + d_i) mod 5 (= x_i)
+    carry    a0.h0  c_i = parity of x_1
+    offset   m0     d_i = (parity of x_i) XOR c_i
+    sum      m1     y_i = c_i XOR d_i (= parity of x_i)
 
   The carry head reaches the output by two paths that cancel exactly: interchanging it changes c and
-  d together and never the output (total effect 0; validation lists it as an inert circuit node),
-  while patching either of its edges alone (a0.h0 -> m1, a0.h0 -> m0) changes the output whenever the
-  counterfactual's x_1 differs (80% of pairs). Prediction (McGrath et al. 2023, "The Hydra effect";
-  Kramár et al. 2024 on cancellation in AtP): methods that score a component by its total effect
-  (activation_patching, ablation_scan, greedy, node_sp, gradient_attribution) put a0.h0 with the
-  out-of-circuit nodes; methods that score edges (edge_patching, eap, eap_ig_*, acdc, edge_sp) find
-  its edges.
+  d together and never the output (total effect 0; validation lists it as an inert circuit node, and
+  its input edge is inert too), while patching either of its outgoing edges alone (a0.h0 -> m1,
+  a0.h0 -> m0) changes the output whenever the counterfactual's x_1 has the other parity (48% of
+  pairs). Prediction (McGrath et al. 2023, "The Hydra effect"; Kramár et al. 2024 on cancellation in
+  AtP): methods that score a component by its total effect (activation_patching, ablation_scan,
+  greedy, node_sp, gradient_attribution) put a0.h0 with the out-of-circuit nodes; methods that score
+  edges (edge_patching, eap, eap_ig_*, acdc, edge_sp) find its edges. (A first version in mod-5
+  arithmetic, c = x_1, d = x_i - c, y = c + d, did not train edge-exact at d_model 16 or 32.)
 
 saturation (family `saturation`; values 0-4):
 
@@ -89,10 +91,11 @@ def _case(name: str, values: tuple[int, ...], description: str) -> Case:
 
 
 def _task(name: str, values: tuple[int, ...], description: str, model: CausalModel, reference: Any) -> PlantedTask:
-    encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=values, max_seq_len=MAX_LEN,
-                        task_kind="classification")
+    encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=tuple(range(model.n_values)),
+                        max_seq_len=MAX_LEN, task_kind="classification")
+    # edge-level strictness by default: a family's edge labels are what its methods are judged on
     return PlantedTask(case=_case(name, values, description), encoding=encoding, model=model, n_layers=2,
-                       n_heads=4, reference=reference, failure_mode=name)
+                       n_heads=4, reference=reference, failure_mode=name, strict_edges=True)
 
 
 # rare-feature ---------------------------------------------------------------------------------
@@ -132,31 +135,32 @@ CANCEL_VALUES = 5
 
 
 def _carry(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-    return digits[:, 1:2].expand_as(digits).clone()
+    return (digits[:, 1:2] % 2).expand_as(digits).clone()
 
 
 def _offset(digits: torch.Tensor, real: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
-    return (digits - c) % CANCEL_VALUES
+    return (digits % 2) ^ c
 
 
 def _sum(digits: torch.Tensor, real: torch.Tensor, c: torch.Tensor, d: torch.Tensor) -> torch.Tensor:
-    return (c + d) % CANCEL_VALUES
+    return c ^ d
 
 
 def cancel_reference(seq: tuple[int, ...]) -> list[int]:
-    """The label function: the two paths cancel, so the output is the input token."""
-    return list(seq)
+    """The label function: the two paths cancel, so the output is the input token's parity."""
+    return [x % 2 for x in seq]
 
 
 def cancellation() -> PlantedTask:
-    nodes = (Node(name="a0.h0", parents=(), fn=_carry, reads_input=True, label="carry: c = x_1"),
-             Node(name="m0", parents=("a0.h0",), fn=_offset, reads_input=True, label="offset: d = (x_i - c) mod 5"),
-             Node(name="m1", parents=("a0.h0", "m0"), fn=_sum, label="sum: y = (c + d) mod 5"))
-    model = CausalModel(node_list=nodes, first_value_id=1, n_values=CANCEL_VALUES)
+    nodes = (Node(name="a0.h0", parents=(), fn=_carry, reads_input=True, label="carry: c = parity of x_1"),
+             Node(name="m0", parents=("a0.h0",), fn=_offset, reads_input=True,
+                  label="offset: d = parity of x_i XOR c"),
+             Node(name="m1", parents=("a0.h0", "m0"), fn=_sum, label="sum: y = c XOR d"))
+    model = CausalModel(node_list=nodes, first_value_id=1, n_values=2)
     return _task("cancellation", tuple(range(CANCEL_VALUES)),
-                 "Cancellation: y_i = (c + d) mod 5 with c = x_1 (a head) and d = (x_i - c) mod 5 (an MLP): the "
-                 "head's two paths cancel, so its total effect is 0 while each of its edges matters.", model,
-                 cancel_reference)
+                 "Cancellation: y_i = c XOR d with c = parity of x_1 (a head) and d = parity of x_i XOR c (an MLP): "
+                 "the head's two paths cancel, so its total effect is 0 while each of its outgoing edges matters.",
+                 model, cancel_reference)
 
 
 # saturation -----------------------------------------------------------------------------------

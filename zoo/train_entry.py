@@ -30,6 +30,8 @@ class TrainOptions:
     """siit.config.ArchConfig."""
     lr_given: bool = False
     """Whether --lr was given (otherwise a planted model's own learning rate applies)."""
+    strict_edges_given: bool = False
+    """Whether --strict-edges or --no-strict-edges was given (otherwise a planted model's own default applies)."""
     root: str | None = None
     """Zoo root (None: $ZOO_HOME or ~/.cache/zoo)."""
     resume: bool = False
@@ -78,11 +80,15 @@ def compiled_task(root: str | None, case):
         raise ZooError(f"cannot write the compile cache: {exc}") from None
 
 
-def with_task_defaults(config, task, *, lr_given: bool):
+def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate, PlantedTask.lr)."""
-    lr = getattr(task, "lr", None)
-    return config if lr_given or lr is None else dataclasses.replace(config, lr=lr)
+    learning rate and edge-level strictness, PlantedTask.lr and .strict_edges)."""
+    lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
+    if not lr_given and lr is not None:
+        config = dataclasses.replace(config, lr=lr)
+    if not strict_edges_given and edges is not None:
+        config = dataclasses.replace(config, strict_edges=edges)
+    return config
 
 
 def checkpoint_dir(dest: Path) -> Path:
@@ -113,7 +119,8 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
 
     torch.set_num_threads(options.threads)
     compiled = compiled_task(options.root, case)
-    config = with_task_defaults(options.config, compiled, lr_given=options.lr_given)
+    config = with_task_defaults(options.config, compiled, lr_given=options.lr_given,
+                                strict_edges_given=options.strict_edges_given)
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
     validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled), compiled, result)

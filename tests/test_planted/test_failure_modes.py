@@ -52,9 +52,9 @@ def test_cancellation_head_has_no_total_effect_but_each_edge_moves_the_output() 
     direct_edge = _sum(digits, mask.bool(), c_src, d)  # m1 reads the carry from the source, m0 from the base
     differs = (c_src != c) & labelled
     assert torch.equal((direct_edge != out) & labelled, differs)
-    assert 0.75 < float(differs[labelled].double().mean()) < 0.85
+    assert 0.43 < float(differs[labelled].double().mean()) < 0.53  # x_1's parity differs: 2 x 0.6 x 0.4
     # and the edge into m0 alone: the offset is computed from the source's carry, the sum from the base's
-    offset_edge = _sum(digits, mask.bool(), c, (digits - c_src) % 5)
+    offset_edge = _sum(digits, mask.bool(), c, (digits % 2) ^ c_src)
     assert torch.equal((offset_edge != out) & labelled, differs)
 
 
@@ -79,6 +79,7 @@ def test_families_name_their_models_and_predictions() -> None:
         assert spec["prediction"] and spec["weak"]
         for name in family_members(family):
             assert get_planted(name).failure_mode == family
+            assert get_planted(name).strict_edges is True  # their edge labels are what methods are judged on
     assert get_planted("ioi").failure_mode is None and get_planted("causal-bench-4x4").failure_mode is None
     with pytest.raises(CaseError, match="unknown family 'nope'"):
         family_members("nope")

@@ -195,7 +195,10 @@ def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
         assert task.lr == (0.005 if deep else None), name
         config = with_task_defaults(default, task, lr_given=False)
         assert config.lr == (0.005 if deep else default.lr)
-        assert config == TrainConfig(lr=config.lr)
+        # the failure-mode models also train edge-exact by default; nothing else changes
+        edges = task.failure_mode is not None
+        assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges), name
         assert with_task_defaults(TrainConfig(lr=0.02), task, lr_given=True).lr == 0.02
+        assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(lr=config.lr)
     with pytest.raises(ValueError, match="lr must be a positive number"):
         dataclasses.replace(get_planted("causal-bench-2x2"), lr=0.0)

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="edge-level strictness (issue 36): strictness also patches single edges outside the "
                    "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
                    "validation.json's exact edge patching finds none above the bound. Slower; default off "
-                   "(--no-strict-edges): the paper's node-level SIIT, whose edge labels validation.json only "
+                   "(--no-strict-edges; on for the failure-mode planted models): the paper's node-level SIIT, whose edge labels validation.json only "
                    "reports, and patching may contradict them")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']})")
     p.add_argument("--seed", type=int, default=0, help=f"seed of data, correspondence, init and sampling (default {d['seed']})")
@@ -143,6 +143,7 @@ def train_options(args: argparse.Namespace):
 
     _check_args(args)
     return TrainOptions(config=_train_config(args), arch=_arch_config(args), lr_given=args.lr is not None,
+                        strict_edges_given=args.strict_edges is not None,
                         root=args.root, resume=args.resume, threads=args.threads or TRAIN_THREADS,
                         flags=option_flags(args), device=device_from(args))
 

@@ -203,10 +203,7 @@ class Transformer(nn.Module):
             a = block.attn
             q = torch.einsum("btd,hdk->bhtk", resid[layer], a.W_Q) + a.b_Q[:, None]
             k = torch.einsum("btd,hdk->bhtk", resid[layer], a.W_K) + a.b_K[:, None]
-            scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
-            if allowed is not None:
-                scores = scores.masked_fill(~allowed, float("-inf"))
-            out.append(torch.nan_to_num(_softmax(scores), nan=0.0))
+            out.append(self._pattern(q, k, allowed))
         return torch.stack(out)
 
     def run_with_hooks(self, input: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
@@ -291,13 +288,17 @@ class Transformer(nn.Module):
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         """z [batch, H, pos, d_head] from q, k, v [batch, H, pos, d_head]."""
+        return self._pattern(q, k, allowed) @ v
+
+    def _pattern(self, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        """Attention pattern [batch, H, query pos, key pos] from q, k [batch, H, pos, d_head]."""
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
         if allowed is not None:
             scores = scores.masked_fill(~allowed, float("-inf"))
         pattern = _softmax(scores)
         if allowed is not None:  # a query with no allowed key gives NaN; TL turns it into zeros
             pattern = torch.nan_to_num(pattern, nan=0.0)
-        return pattern @ v
+        return pattern
 
 
 class _Edges:

@@ -18,7 +18,7 @@ import torch
 from eval.core.device import device_of, device_record
 from eval.patching.ablation import AblationKind, make_context
 from eval.methods.registry import REGISTRY
-from eval.core.circuit import Circuit, edge_name
+from eval.core.circuit import Circuit, edge_name, parse_edge
 from eval.scoring.chance import chance_line, circuit_chance, output_kind
 from eval.scoring.faithfulness import BehaviourKind, MIB_SIZES, causal_bench, mib_curve, node_behaviour, qkv_scores
 from eval.core.graph import ComputationGraph, circuit_edges, edges_to_node_scores, graph_of, nodes_to_edge_scores, promote_scores
@@ -231,7 +231,7 @@ def _truth(t: Target, graph: ComputationGraph, inert: Inert) -> _Truth:
     skip_pairs = {(a, b) for a, b in graph.edges if f"{a}->{b}" in skip}
     truth_edges = {(a, b) for a, b in t.truth.edges} - skip_pairs
     qkv_skip = set(inert.qkv_edges)
-    qkv_names = {f"{a}->{b}" for e in t.truth.edges for a, b in graph.expand_to_qkv(tuple(e))} - qkv_skip
+    qkv_names = {edge_name(*p) for e in t.truth.edges for p in graph.expand_to_qkv(tuple(e))} - qkv_skip
     return _Truth(nodes=set(t.truth.nodes), edges=truth_edges, edge_names={f"{a}->{b}" for a, b in truth_edges},
                   skip=skip, skip_pairs=skip_pairs,
                   edge_universe=[f"{a}->{b}" for a, b in graph.edges if f"{a}->{b}" not in skip],
@@ -275,7 +275,7 @@ def _score_scorer(out: MethodOutput, graph: ComputationGraph, ctx: Any, s: Setti
     node_roc = roc({c: abs(v) for c, v in node_scores.items()}, truth_nodes)
     edge_roc = roc(named_edges, truth_edge_names)
     chance = chance_line(graph, truth_nodes, truth_edges, output_kind(out.node_scores, out.edge_scores),
-                         exclude=skip_pairs, exclude_qkv={_pair(e) for e in tr.qkv_skip})
+                         exclude=skip_pairs, exclude_qkv={parse_edge(e) for e in tr.qkv_skip})
     rel_edges = s.relative_threshold * max(named_edges.values(), default=0.0)
     edge_ident = {e for e, v in named_edges.items() if v > 0 and v >= rel_edges}
     node_level = LevelResult(level="node", auroc=node_roc.auroc, roc=node_roc, auroc_kind="threshold_sweep",
@@ -295,16 +295,11 @@ def _score_scorer(out: MethodOutput, graph: ComputationGraph, ctx: Any, s: Setti
     return node_level, edge_level, qkv_level, mib, node_scores
 
 
-def _pair(name: str) -> tuple[str, str]:
-    src, dst = name.split("->")
-    return src, dst
-
-
 def _qkv_level(edge_scores: Any, graph: ComputationGraph, tr: _Truth, chance: Any, relative: float) -> LevelResult:
     """A scorer's q/k/v-level edge ROC: its q/k/v scores as given, head-level ones copied to their three
     parts (eval.scoring.faithfulness.qkv_scores), inert ground-truth parts left out."""
-    named = {f"{a}->{b}": abs(v) for (a, b), v in qkv_scores(graph, edge_scores).items()
-             if f"{a}->{b}" not in tr.qkv_skip}
+    named = {edge_name(*e): abs(v) for e, v in qkv_scores(graph, edge_scores).items()
+             if edge_name(*e) not in tr.qkv_skip}
     qkv_roc = roc(named, tr.qkv_names)
     rel = relative * max(named.values(), default=0.0)
     return LevelResult(level="qkv_edge", auroc=qkv_roc.auroc, roc=qkv_roc, auroc_kind="threshold_sweep",

@@ -121,7 +121,7 @@ class CausalModel:
                 take = select[..., i]  # [] or [N]
                 out = torch.where(take.reshape(-1, 1) if take.dim() else take, source[i], out)
             values[node.name] = out
-        return torch.stack([values[n] for n in self.nodes])  # [n_nodes, N, T]
+        return torch.stack([values[n.name] for n in self.node_list])  # [n_nodes, N, T]
 
     def run(self, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         values = self._forward(tokens, mask, None, None)
@@ -162,6 +162,12 @@ class PlantedTask:
     strict_edges: bool | None = None
     """Edge-level strictness when the command line says neither --strict-edges nor --no-strict-edges
     (None: siit.config.TrainConfig's default); the failure-mode models train edge-exact."""
+    fixed_placement: bool = False
+    """Node names are the low-level components themselves (a multi-task bundle places its tasks side
+    by side, planted.multi_task); False: each head goes to a seeded random head of its layer."""
+    bundle: Any = None
+    """A multi-task view's planted.multi_task.Bundle: its weights are the bundle's, trained on every
+    task's rows (Bundle.task()); None: trained on its own rows."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:
@@ -185,6 +191,12 @@ class PlantedTask:
                 "n_heads": 1 + max((p.head for p in parsed if p.kind == "head"), default=0)}
 
     @property
+    def covers_model(self) -> bool:
+        """Whether the circuit holds every component of the low-level model (a multi-task bundle's
+        training task): no node is left for a distractor task."""
+        return set(self.graph.nodes) == set(NodeLayout(self.n_layers, self.n_heads).nodes)
+
+    @property
     def layout(self) -> NodeLayout:
         """high_layout as a NodeLayout (as siit.high_level.TracrTask.layout)."""
         return NodeLayout(self.high_layout["n_layers"], self.high_layout["n_heads"])
@@ -205,6 +217,9 @@ class PlantedTask:
             n_ctx=self.encoding.n_ctx, causal=self.case.causal, act_fn=arch.act_fn)
 
     def correspondence(self, low_config: Mapping[str, Any], seed: int) -> Correspondence:
+        if self.fixed_placement:
+            low = NodeLayout(low_config["n_layers"], low_config["n_heads"])
+            return Correspondence(mapping={n: (n,) for n in self.graph.nodes}, high=self.layout, low=low)
         return make_correspondence(self.graph, self.high_layout, low_config, seed)
 
     def labels(self, seqs: list[tuple[Any, ...]]) -> torch.Tensor:

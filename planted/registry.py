@@ -3,6 +3,7 @@ loaded from an entry), the list of names, and the failure-mode families."""
 
 from __future__ import annotations
 
+from planted.bundles import BUNDLES
 from planted.causal_bench import SCALES, causal_bench
 from planted.causal_model import PlantedTask
 from planted.failure_modes import FAMILIES, PLANTED
@@ -11,8 +12,9 @@ from rasp_programs.case import CaseError
 
 
 def planted_names() -> list[str]:
-    """Every planted model: CAUSAL-BENCH's scales, smallest first, then IOI, then the failure-mode models."""
-    return [*SCALES, "ioi", *PLANTED]
+    """Every planted model: CAUSAL-BENCH's scales, smallest first, then IOI, then the failure-mode models,
+    then each multi-task bundle's views (`<bundle>.<task>`, main task first)."""
+    return [*SCALES, "ioi", *PLANTED, *(v for build in BUNDLES.values() for v in build().view_names)]
 
 
 def get_planted(name: str) -> PlantedTask:
@@ -23,6 +25,11 @@ def get_planted(name: str) -> PlantedTask:
         return ioi()
     if name in PLANTED:
         return PLANTED[name]()
+    bundle_name, _, key = name.partition(".")
+    if bundle_name in BUNDLES:
+        bundle = BUNDLES[bundle_name]()
+        if name in bundle.view_names:
+            return bundle.task(bundle.view_names.index(name))
     raise CaseError(f"unknown planted model {name!r}; known: {', '.join(planted_names())}")
 
 

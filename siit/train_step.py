@@ -63,7 +63,11 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     B = bases.shape[0]
     # IIT: each row intervenes on one high-level node (and its low-level image), lagging ones more
     # often once training has stalled (siit.adaptation)
-    if emphasis is None:
+    row_weights = getattr(s.high, "row_node_weights", None)  # a multi-task model's own-task draw
+    if row_weights is not None:
+        w = row_weights(tokens) * (1.0 if emphasis is None else emphasis[None])  # [B, n_high]
+        choice = torch.multinomial(w, 1, generator=gen)[:, 0]
+    elif emphasis is None:
         choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
     else:
         choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)

@@ -21,6 +21,7 @@ from typing import Any
 import yaml
 
 from zoo.card_looks import battery_text
+from zoo.card_tasks import tasks_text
 from zoo.hub_metadata import cell, scalar_fields, validation_figures
 
 LICENSE = "apache-2.0"
@@ -198,7 +199,8 @@ def _realism_text(validation: dict[str, Any] | None, training: dict[str, Any] | 
             what = _distractor_text(d) if d else ("the task (circuit)" if inside else "-")
             lines.append(f"| `{n}` | {cell(inside)} | {cell(r.get('output_norm'))} | {cell(r.get('output_variance'))} | "
                          f"{cell(r.get('weight_norm'))} | {cell(what)} | {cell(d.get('r2') if d else None)} |")
-    if trained is not None and not distractors:
+    multi_task = isinstance((validation or {}).get("tasks"), dict)
+    if trained is not None and not distractors and not multi_task:
         lines += ["", "Out-of-circuit nodes were given no tasks of their own (plain SIIT): their outputs are "
                   "squashed, and activation size gives the circuit away."]
     if (trained or {}).get("head_rescale"):
@@ -207,6 +209,7 @@ def _realism_text(validation: dict[str, Any] | None, training: dict[str, Any] | 
                   "the optimiser's path."]
     lines += ["", _realism_meaning(heuristics if isinstance(heuristics, dict) else {}, bounded, bool(distractors))]
     lines += battery_text((measured or {}).get("battery"))
+    lines += tasks_text(validation)
     return "\n".join(lines).strip("\n")
 
 

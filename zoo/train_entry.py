@@ -15,6 +15,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from zoo.entry_verdicts import (
+    cpu_state,
+    with_bound_verdict,
+    with_edge_verdict,
+    with_patching_checks,
+)
+
+__all__ = ["with_bound_verdict", "with_edge_verdict", "with_patching_checks"]  # re-exported for callers
+
 TRAIN_THREADS = 1
 """torch threads of every training run unless --threads says otherwise, whatever --jobs is: float32
 results depend on the thread count, so an entry's weights must not depend on the machine's cores."""
@@ -82,12 +91,16 @@ def compiled_task(root: str | None, case):
 
 def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate and edge-level strictness, PlantedTask.lr and .strict_edges)."""
+    learning rate and edge-level strictness, PlantedTask.lr and .strict_edges); no distractors for a
+    task whose circuit covers the whole model (PlantedTask.covers_model: a multi-task bundle)."""
     lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
     if not lr_given and lr is not None:
         config = dataclasses.replace(config, lr=lr)
     if not strict_edges_given and edges is not None:
         config = dataclasses.replace(config, strict_edges=edges)
+    if getattr(task, "covers_model", False) and config.distractors:
+        # every component is some task's circuit (a multi-task bundle): nothing is left for busy-work
+        config = dataclasses.replace(config, distractors=False)
     return config
 
 
@@ -116,15 +129,20 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
 
     from siit.trainer import train
     from siit.validation import validate_model
+    from zoo.multi_task_entry import training_task, validate_view
 
     torch.set_num_threads(options.threads)
     compiled = compiled_task(options.root, case)
-    config = with_task_defaults(options.config, compiled, lr_given=options.lr_given,
+    trained_on = training_task(compiled)  # a multi-task view trains its bundle (planted.multi_task)
+    config = with_task_defaults(options.config, trained_on, lr_given=options.lr_given,
                                 strict_edges_given=options.strict_edges_given)
-    result = train(compiled, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
+    result = train(trained_on, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
-    validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled), compiled, result)
-    result = with_bound_verdict(with_edge_verdict(result, validation), validation)
+    if trained_on is not compiled:
+        result, validation = validate_view(result, compiled, torch.device(options.device))
+    else:
+        validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled), compiled, result)
+        result = with_bound_verdict(with_edge_verdict(result, validation), validation)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
     return TrainedEntry(dest, result, validation, entry_summary(case, dest, result, validation))
@@ -212,55 +230,8 @@ def write_entry_files(dest: Path, compiled, *, result, validation, command) -> P
         kept, dest = dest, dest.with_name(dest.name + FAILED_SUFFIX)
         print(f"zoo: kept the entry in {kept} (it met its criterion); this run's entry goes to {dest}",
               file=sys.stderr)
-    write_entry(dest, state_dict=_cpu_state(result.model), json_files=files, readme=readme)
+    write_entry(dest, state_dict=cpu_state(result.model), json_files=files, readme=readme)
     return dest
-
-
-def _cpu_state(model) -> dict[str, Any]:
-    return {k: v.detach().cpu() for k, v in model.state_dict().items()}  # entries hold CPU tensors
-
-
-def with_patching_checks(validation: dict[str, Any], compiled, result) -> dict[str, Any]:
-    """siit's validation plus the checks made by patching the exported weights with eval (computed
-    here so that siit's validation stays model-only): `inert_edges`, the labelled edges no
-    counterfactual moves (issue 10), and `edge_effects`, whether the edge labels hold (issue 36)."""
-    from siit.export import circuit_json
-    from zoo.edge_exactness import edge_section
-    from zoo.inert_edges import inert_section
-
-    circuit, state = circuit_json(compiled, result.correspondence), _cpu_state(result.model)
-    return {**validation, "inert_edges": inert_section(result.low_config, state, circuit, compiled),
-            "edge_effects": edge_section(result.low_config, state, circuit, compiled, validation.get("tolerance"))}
-
-
-def with_edge_verdict(result, validation: dict[str, Any]):
-    """The training result, failed if it was trained with edge-level strictness and the exact
-    edge patching of validation.json (fresh inputs, eval's counterfactuals) finds a non-circuit
-    edge above the bound: such an entry claims edge-level ground truth that patching contradicts.
-    Entries trained without it report `edge_effects` only (the node-level ground truth holds)."""
-    edges = validation.get("edge_effects") or {}
-    if result.config.trains_edges and result.met_criterion and not edges.get("skipped") and not edges.get("exact"):
-        print(f"zoo: edge {edges.get('worst_edge')} moves {edges.get('max_out_of_circuit_edge_effect')} of the "
-              f"outputs (bound {edges.get('bound')}): the edge-level ground truth fails", file=sys.stderr)
-        return dataclasses.replace(result, met_criterion=False)
-    return result
-
-
-def with_bound_verdict(result, validation: dict[str, Any]):
-    """The training result, failed if validation.json's `effect_bounds` (siit.effect_bounds: fresh
-    sequences per length, every input shape) sees an out-of-circuit node move more than the bound
-    at some length, shape and ablation: the node-level ground truth does not hold there. A sample
-    that sees no effect above the bound but does not resolve it (an upper_95 above it) passes,
-    and the card says "not resolved"."""
-    bounds = validation.get("effect_bounds")
-    # an IIT-only or natural model (no strictness) claims no node-level bound: its other nodes may matter
-    if bounds and result.met_criterion and result.config.strict_weight > 0 and not bounds["exact"]:
-        w = bounds["worst"]
-        print(f"zoo: node {w['node']} moves {w['effect']} of the outputs at input length {w['length']} "
-              f"({w['shape']} inputs, {w['ablation']} ablation, {w['changed_sequences']} of {w['n_sequences']} "
-              f"fresh sequences; bound {bounds['bound']}): the node-level ground truth fails", file=sys.stderr)
-        return dataclasses.replace(result, met_criterion=False)
-    return result
 
 
 def met_criterion(entry_dir: Path) -> bool:

@@ -35,7 +35,10 @@ def ioi_sentences(draw) -> tuple[str, ...]:
 def inputs(name: str):
     if name == "ioi":
         return ioi_sentences()
-    vocab = get_planted(name).case.vocab
+    task = get_planted(name)
+    vocab = task.case.vocab
+    if task.bundle is not None:  # a multi-task view's inputs are its own task's tokens (planted.multi_task)
+        vocab = task.bundle.parts[task.bundle.view_names.index(name)].tokens()
     return SEQS if vocab == tuple(range(N_VALUES)) else st.lists(
         st.sampled_from(vocab), min_size=MIN_LEN, max_size=MAX_LEN).map(tuple)
 
@@ -87,7 +90,10 @@ def test_every_planted_node_changes_the_output_under_some_interchange(name) -> N
     # tests/test_planted/test_failure_modes.py); every other node changes the output
     cancelling = list(FAMILIES.get(task.failure_mode or "", {}).get("cancelling", ()))
     assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == cancelling
-    assert n == {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2}.get(name, 5) and task.graph.nodes == model.nodes
+    sizes = {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2}
+    if task.bundle is not None:  # a multi-task view: its own task's nodes
+        sizes[name] = len(task.bundle.parts[task.bundle.view_names.index(name)].placement)
+    assert n == sizes.get(name, 5) and task.graph.nodes == model.nodes
 
 
 def test_ioi_generator_yields_its_templates_with_distinct_subject_and_object() -> None:
@@ -192,11 +198,12 @@ def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
     for name in planted_names():
         task = get_planted(name)
         deep = name in ("causal-bench-10x10", "causal-bench-12x12")
-        assert task.lr == (0.005 if deep else None), name
+        own = 0.005 if deep else (task.bundle.lr if task.bundle is not None else None)  # a bundle's own lr
+        assert task.lr == own, name
         config = with_task_defaults(default, task, lr_given=False)
-        assert config.lr == (0.005 if deep else default.lr)
-        # the failure-mode models also train edge-exact by default; nothing else changes
-        edges = task.failure_mode is not None
+        assert config.lr == (own or default.lr)
+        # the failure-mode models and multi-task views also train edge-exact by default; nothing else changes
+        edges = task.failure_mode is not None or task.bundle is not None
         assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges), name
         assert with_task_defaults(TrainConfig(lr=0.02), task, lr_given=True).lr == 0.02
         assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(lr=config.lr)

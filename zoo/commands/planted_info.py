@@ -22,8 +22,12 @@ def describe(name: str) -> dict[str, Any]:
         "components": low["n_layers"] * (low["n_heads"] + 1),
         "graph": graph.to_json(),
         "family": task.failure_mode,
-        "correspondence_rule": "a high-level head -> a head of the same layer drawn with the training seed; "
-                               "an MLP -> the MLP of its layer (siit.correspondence)",
+        "bundle": None if task.bundle is None else {
+            "name": task.bundle.name, "views": list(task.bundle.view_names),
+            "trained_on": "every task's rows: the views of a bundle share their weights (planted.multi_task)"},
+        "correspondence_rule": ("fixed: each node is the component it names (planted.multi_task)" if task.fixed_placement
+                                else "a high-level head -> a head of the same layer drawn with the training seed; "
+                                     "an MLP -> the MLP of its layer (siit.correspondence)"),
     }
 
 
@@ -42,12 +46,12 @@ def run_list_planted(args: argparse.Namespace) -> int:
     for row in rows:
         row["trained"] = (entries / row["entry"]).is_dir()
     if args.json:
-        print(json.dumps([{k: r[k] for k in ("id", "entry", "family", "low_level", "components", "trained")}
+        print(json.dumps([{k: r[k] for k in ("id", "entry", "family", "bundle", "low_level", "components", "trained")}
                           | {"nodes": len(r["graph"]["nodes"]), "edges": len(r["graph"]["edges"]),
                              "description": r["case"]["description"]} for r in rows], indent=1))
         return 0
     header = ("id", "kind", "family", "layers", "heads", "components", "nodes", "edges", "trained")
-    table = [header] + [(r["id"], "planted", r["family"] or "-", str(r["low_level"]["n_layers"]),
+    table = [header] + [(r["id"], "planted", r["family"] or (r["bundle"] or {}).get("name") or "-", str(r["low_level"]["n_layers"]),
                          str(r["low_level"]["n_heads"]),
                          str(r["components"]), str(len(r["graph"]["nodes"])), str(len(r["graph"]["edges"])),
                          "yes" if r["trained"] else "-") for r in rows]
@@ -73,4 +77,8 @@ def run_show_planted(args: argparse.Namespace) -> int:
         print(f"  {node:8s} {graph['labels'].get(node, '')}")
     print("  edges: " + ", ".join(f"{s}->{d}" for s, d in graph["edges"]))
     print(f"  correspondence: {info['correspondence_rule']}")
+    if info["bundle"]:
+        views = info["bundle"]["views"]
+        print(f"multi-task bundle {info['bundle']['name']}: trained on the rows of all {len(views)} tasks, whose "
+              f"views share the weights: {', '.join(views)}")
     return 0

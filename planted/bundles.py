@@ -1,0 +1,127 @@
+"""The multi-task bundles (planted.multi_task): which tasks share a model, and where each lives.
+
+mt-2x4: 2 layers x 4 heads (the failure-mode families' size, d_head 8); seven tasks occupy all ten
+components, so every component is some task's circuit; lengths 3-6, causal attention; each task
+answers with classes of its own (53 in all).
+
+    task          tokens   nodes (component)                                      output
+    rare-feature  r0-r7    trigger a0.h2 -> answer m0 (planted.failure_modes)     m0
+    saturation    s0-s4    duplicate a0.h0 -> answer m1 (planted.failure_modes)   m1
+    lag2          l0-l4    previous token a0.h1 -> its previous a1.h3: y = x_{i-2} a1.h3
+    second        n0-n4    y = x_2 from position 3 on                   a0.h3      a0.h3
+    back3         b0-b4    y = x_{i-3} from position 4 on               a1.h0      a1.h0
+    first         f0-f4    y = x_1 from position 2 on                   a1.h1      a1.h1
+    third         t0-t4    y = x_3 from position 4 on                   a1.h2      a1.h2
+
+A copy head never copies its own position's token (the answer is 0 where the source position is not
+yet there): where the answer is the token itself, the direct path from the embedding competes with the
+head, and a first version (y = x_min(i, 3), ...) trained to IIA 0.26 on its own head's interchanges.
+No two nodes compute the same function either: with a task "y = x_{i-1}" beside lag2's first head
+(p = x_{i-1}), the model answered that task through lag2's head and left its own idle.
+
+The main task (the bundle's headline view) is rare-feature; each task is a view of its own
+(`mt-2x4.<task>`), a benchmark entry with the same weights.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from planted.causal_model import CausalModel, Node
+from planted.failure_modes import rare_feature, saturation
+from planted.multi_task import Bundle, Part
+
+COPY_VALUES = 5
+COPY_ANSWERS = 8
+"""Answer classes of the copy tasks: a value copied from another task's row (interchange sources come
+from every task) can be as large as rare-feature's 0-7."""
+
+
+def _from(digits: torch.Tensor, source: int, first: int) -> torch.Tensor:
+    """x_source from position `first` on, value 0 before (the head then reads no input token)."""
+    pos = torch.arange(digits.shape[1])
+    return torch.where(pos >= first, digits[:, source:source + 1], torch.zeros_like(digits))
+
+
+def _second(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _from(digits, 2, 3)
+
+
+def _third(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _from(digits, 3, 4)
+
+
+def _first(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _from(digits, 1, 2)
+
+
+def _previous(values: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(values)
+    out[:, 2:] = values[:, 1:-1]  # position 1 has no previous input token: 0
+    return out
+
+
+def _back3(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    out = torch.zeros_like(digits)
+    out[:, 4:] = digits[:, 1:-3]
+    return out
+
+
+def _previous_token(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _previous(digits)
+
+
+def _previous_of(digits: torch.Tensor, real: torch.Tensor, p: torch.Tensor) -> torch.Tensor:
+    return _previous(p)
+
+
+def _copy_model(name: str, fn, label: str) -> CausalModel:
+    return CausalModel(node_list=(Node(name="a0.h0", parents=(), fn=fn, reads_input=True, label=label),),
+                       first_value_id=1, n_values=COPY_ANSWERS)
+
+
+def _lag2_model() -> CausalModel:
+    return CausalModel(node_list=(
+        Node(name="a0.h0", parents=(), fn=_previous_token, reads_input=True, label="p = x_{i-1} (0 at 1)"),
+        Node(name="a1.h0", parents=("a0.h0",), fn=_previous_of, label="y = p_{i-1} (0 at 1)")),
+        first_value_id=1, n_values=COPY_ANSWERS)
+
+
+def _copy_reference(source: int, first: int):
+    """y_i = x_source from position `first` on (source may be relative: i + source when < 1), else 0."""
+    def reference(seq: tuple[int, ...]) -> list[int]:
+        out = []
+        for i in range(1, len(seq) + 1):
+            j = source if source >= 1 else i + source
+            out.append(seq[j - 1] if i >= first and j >= 1 else 0)
+        return out
+    return reference
+
+
+def _copy_part(key: str, prefix: str, component: str, fn, label: str, reference) -> Part:
+    return Part(key=key, prefix=prefix, model=_copy_model(key, fn, label), placement={"a0.h0": component},
+                reference=reference, n_values=COPY_VALUES, description=f"{label}.")
+
+
+def mt_2x4() -> Bundle:
+    rare, sat = rare_feature(), saturation()
+    parts = (
+        Part(key="rare-feature", prefix="r", model=rare.model, placement={"a0.h0": "a0.h2", "m0": "m0"},
+             reference=rare.reference, n_values=8, description=rare.case.description),
+        Part(key="saturation", prefix="s", model=sat.model, placement={"a0.h0": "a0.h0", "m0": "m1"},
+             reference=sat.reference, n_values=5, description=sat.case.description),
+        Part(key="lag2", prefix="l", model=_lag2_model(), placement={"a0.h0": "a0.h1", "a1.h0": "a1.h3"},
+             reference=_copy_reference(-2, 3), n_values=COPY_VALUES,
+             description="y_i = x_{i-2} (0 at positions 1 and 2), by two heads in series."),
+        _copy_part("second", "n", "a0.h3", _second, "y = x_2 from position 3 on (0 before)", _copy_reference(2, 3)),
+        _copy_part("back3", "b", "a1.h0", _back3, "y = x_{i-3} from position 4 on (0 before)", _copy_reference(-3, 4)),
+        _copy_part("first", "f", "a1.h1", _first, "y = x_1 from position 2 on (0 at 1)", _copy_reference(1, 2)),
+        _copy_part("third", "t", "a1.h2", _third, "y = x_3 from position 4 on (0 before)", _copy_reference(3, 4)),
+    )
+    return Bundle(name="mt-2x4", parts=parts, n_layers=2, n_heads=4, d_head=8, min_len=3, max_len=10, lr=0.003,
+                  description="Seven tasks in one 2-layer, 4-head model, one shared vocabulary and unembedding; "
+                              "every component computes one task's node (planted.bundles).")
+
+
+BUNDLES = {"mt-2x4": mt_2x4}
+"""Bundle name -> its builder."""

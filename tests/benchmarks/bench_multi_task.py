@@ -1,0 +1,92 @@
+"""Multi-task bundles (planted.multi_task, issue 32 item 1): the battery of no-intervention looks
+for every task of a trained bundle, on that task's inputs and on every task's inputs, beside the
+same task trained alone (a single-task planted entry of another root, where there is one).
+
+    python tests/benchmarks/bench_multi_task.py --root ROOT [--bundle mt-2x4] [--alone ROOT2] [--n 2000]
+
+Reads one trained view of the bundle (`zoo train planted mt-2x4.rare-feature --root ROOT`; every view
+has the same weights) and the ground-truth verdicts its validation.json records for every task;
+`--alone` reads the single-task entries (`zoo train planted rare-feature --root ROOT2`). Prints JSON;
+not part of CI. The numbers go into issue 32's note.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+from pathlib import Path
+
+
+def _battery(model, tokens, mask, circuit) -> dict:
+    from eval.core.looks import battery
+    from siit.look_inputs import look_inputs
+
+    report = battery(look_inputs(model, tokens, mask, circuit, "classification"), with_values=False)
+    return {"max": report["max_separation"], "median": report["median_separation"],
+            "apart": report["max_separation_apart"], "met": report["met"], "over_bound": report["over_bound"],
+            "looks": {k: r["separation"] for k, r in report["looks"].items()}}
+
+
+def _entry(root: Path, name: str):
+    from siit.transformer import Transformer
+    from zoo.high_level_source import resolve_case
+    from zoo.realism_report import load_siit_entry
+
+    case = resolve_case("planted", name)
+    entry = load_siit_entry(root / "entries" / case.entry_name, case)
+    return case, entry, Transformer.from_state_dict(entry.config, entry.state_dict)
+
+
+def run(root: Path, bundle_name: str, alone: Path | None, n: int, seed: int) -> dict:
+    import torch
+
+    from planted.bundles import BUNDLES
+
+    torch.set_num_threads(1)
+    bundle = BUNDLES[bundle_name]()
+    trained = next((v for v in bundle.view_names if (root / "entries" / f"planted-{v}").is_dir()), None)
+    if trained is None:
+        sys.exit(f"no trained view of {bundle_name} in {root}: zoo train planted {bundle.view_names[0]} --root {root}")
+    _, entry, model = _entry(root, trained)
+    every = bundle.task()
+    mixed = every.encoding.encode(every.case.sample(n, seed))
+    rows = []
+    for k, view_name in enumerate(bundle.view_names):
+        view = bundle.task(k)
+        tokens, mask = view.encoding.encode(view.case.sample(n, seed))
+        row = {"task": view_name, "circuit": list(view.graph.nodes),
+               "ground_truth": (entry.validation or {}).get("tasks", {}).get("views", {}).get(view_name),
+               "own_inputs": _battery(model, tokens, mask, view.graph.nodes),
+               "every_tasks_inputs": _battery(model, *mixed, view.graph.nodes)}
+        key = bundle.parts[k].key
+        if alone is not None and (alone / "entries" / f"planted-{key}").is_dir():
+            case, _, single = _entry(alone, key)
+            row["alone"] = _battery(single, *_encode(case, n, seed), _entry(alone, key)[1].circuit.nodes)
+        rows.append(row)
+    return {"bundle": bundle_name, "entry": trained, "n": n, "seed": seed, "tasks": rows,
+            "median_over_tasks": {where: {"max": statistics.median(r[where]["max"] for r in rows),
+                                          "median": statistics.median(r[where]["median"] for r in rows)}
+                                  for where in ("own_inputs", "every_tasks_inputs")}}
+
+
+def _encode(case, n: int, seed: int):
+    from zoo.high_level_source import planted_task
+
+    return planted_task(case.id).encoding.encode(case.sample(n, seed))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--root", type=Path, required=True)
+    parser.add_argument("--bundle", default="mt-2x4")
+    parser.add_argument("--alone", type=Path, default=None, help="a root with the single-task planted entries")
+    parser.add_argument("--n", type=int, default=2000)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args()
+    print(json.dumps(run(args.root, args.bundle, args.alone, args.n, args.seed), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,89 @@
+"""A multi-task view trained as `zoo train planted` trains it (test size, a tiny bundle): the weights
+are trained on every task's rows, and the entry records every task's ground truth, validated like
+its own (IIA, SIIA, per-node effects), the looks on every task's inputs, and the card's table."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from planted.bundles import COPY_ANSWERS, _copy_model, _copy_reference, _first, _second
+from planted.causal_model import CausalModel, Node
+from planted.multi_task import Bundle, Part
+
+
+def _shift(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return (digits + 1) % 5
+
+
+def tiny_bundle() -> Bundle:
+    shift = CausalModel(node_list=(Node(name="m0", parents=(), fn=_shift, reads_input=True, label="y = x_i + 1"),),
+                        first_value_id=1, n_values=5)
+    parts = (
+        Part(key="shift", prefix="s", model=shift, placement={"m0": "m0"},
+             reference=lambda s: [(x + 1) % 5 for x in s], n_values=5, description="y = x_i + 1 (mod 5)."),
+        Part(key="first", prefix="f", model=_copy_model("first", _first, "y = x_1"), placement={"a0.h0": "a0.h0"},
+             reference=_copy_reference(1, 2), n_values=5, description="y = x_1 from position 2 on."),
+        Part(key="second", prefix="n", model=_copy_model("second", _second, "y = x_2"), placement={"a0.h0": "a0.h1"},
+             reference=_copy_reference(2, 3), n_values=5, description="y = x_2 from position 3 on."),
+    )
+    return Bundle(name="mt-tiny", parts=parts, n_layers=1, n_heads=2, d_head=8, min_len=3, max_len=5,
+                  description="Three tasks in one layer (test size).")
+
+
+@pytest.fixture(scope="module")
+def trained():
+    from siit.config import ArchConfig, TrainConfig
+    from siit.trainer import train
+    from zoo.multi_task_entry import training_task, validate_view
+    from zoo.train_entry import with_task_defaults
+
+    bundle = tiny_bundle()
+    view = bundle.task(0)
+    trained_on = training_task(view)
+    config = with_task_defaults(TrainConfig(n_train=512, n_val=128, epochs=25, strict_edges=False), trained_on,
+                                lr_given=False, strict_edges_given=True)
+    result = train(trained_on, config, ArchConfig())
+    return bundle, view, result, *validate_view(result, view, torch.device("cpu"))
+
+
+def test_the_bundle_trains_on_every_tasks_rows_without_distractors(trained):
+    bundle, _, result, _, _ = trained
+    assert COPY_ANSWERS == 8
+    assert not result.config.distractors and result.distractors == []
+    assert set(result.correspondence.aligned) == {"a0.h0", "a0.h1", "m0"}  # every component is some task's
+    prefixes = {seq[0][0] for seq in result.evaluator.data.seqs}
+    assert prefixes == {p.prefix for p in bundle.parts}
+
+
+def test_every_task_is_validated_like_the_entrys_own(trained):
+    bundle, view, result, view_result, validation = trained
+    assert view_result.correspondence.aligned == ("m0",)  # the entry's ground truth is its own task's circuit
+    assert all(seq[0].startswith("s") for seq in view_result.evaluator.data.seqs)
+    assert {r["node"] for r in validation["node_effects"] if r["in_circuit"]} == {"m0"}
+    tasks = validation["tasks"]
+    assert tasks["bundle"] == "mt-tiny" and tasks["main"] == "mt-tiny.shift"
+    assert list(tasks["views"]) == list(bundle.view_names)
+    for name, row in tasks["views"].items():
+        k = bundle.view_names.index(name)
+        assert row["circuit"] == list(bundle.parts[k].placement.values())
+        for key in ("met_criterion", "accuracy", "iia_min", "siia_min", "max_out_of_circuit_effect",
+                    "effect_bounds_exact", "edges_exact"):
+            assert key in row, (name, key)
+        # a view can only have met what the bundle met
+        assert not row["met_criterion"] or result.met_criterion
+    assert tasks["views"]["mt-tiny.shift"]["met_criterion"] == view_result.met_criterion
+    mixed = validation["realism"]["battery_all_tasks"]
+    assert mixed["looks"] and "every task" in mixed["inputs"]
+
+
+def test_the_card_shows_every_task(trained, tmp_path):
+    from zoo.train_entry import write_entry_files
+
+    _, view, _, view_result, validation = trained
+    dest = write_entry_files(tmp_path / "planted-mt-tiny.shift", view, result=view_result, validation=validation,
+                             command=["zoo", "train", "planted", "mt-tiny.shift"])
+    card = (dest / "README.md").read_text()
+    assert "Multi-task model" in card and "`mt-tiny.first`" in card and "`mt-tiny.second`" in card
+    assert "on every task's inputs" in card
+    assert "squashed" not in card  # no claim about distractor-less busy nodes: they are other tasks' circuits

@@ -1,0 +1,59 @@
+"""A trained model's validation -> the checks made by patching its exported weights, and the verdicts
+they give: an entry whose edge labels or node-level bound patching contradicts is failed (zoo.train_entry
+and zoo.multi_task_entry both judge with these).
+
+Top level is standard library only; torch and eval are imported inside.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from typing import Any
+
+
+def cpu_state(model) -> dict[str, Any]:
+    return {k: v.detach().cpu() for k, v in model.state_dict().items()}  # entries hold CPU tensors
+
+
+def with_patching_checks(validation: dict[str, Any], compiled, result) -> dict[str, Any]:
+    """siit's validation plus the checks made by patching the exported weights with eval (computed
+    here so that siit's validation stays model-only): `inert_edges`, the labelled edges no
+    counterfactual moves (issue 10), and `edge_effects`, whether the edge labels hold (issue 36)."""
+    from siit.export import circuit_json
+    from zoo.edge_exactness import edge_section
+    from zoo.inert_edges import inert_section
+
+    circuit, state = circuit_json(compiled, result.correspondence), cpu_state(result.model)
+    return {**validation, "inert_edges": inert_section(result.low_config, state, circuit, compiled),
+            "edge_effects": edge_section(result.low_config, state, circuit, compiled, validation.get("tolerance"))}
+
+
+def with_edge_verdict(result, validation: dict[str, Any]):
+    """The training result, failed if it was trained with edge-level strictness and the exact
+    edge patching of validation.json (fresh inputs, eval's counterfactuals) finds a non-circuit
+    edge above the bound: such an entry claims edge-level ground truth that patching contradicts.
+    Entries trained without it report `edge_effects` only (the node-level ground truth holds)."""
+    edges = validation.get("edge_effects") or {}
+    if result.config.trains_edges and result.met_criterion and not edges.get("skipped") and not edges.get("exact"):
+        print(f"zoo: edge {edges.get('worst_edge')} moves {edges.get('max_out_of_circuit_edge_effect')} of the "
+              f"outputs (bound {edges.get('bound')}): the edge-level ground truth fails", file=sys.stderr)
+        return dataclasses.replace(result, met_criterion=False)
+    return result
+
+
+def with_bound_verdict(result, validation: dict[str, Any]):
+    """The training result, failed if validation.json's `effect_bounds` (siit.effect_bounds: fresh
+    sequences per length, every input shape) sees an out-of-circuit node move more than the bound
+    at some length, shape and ablation: the node-level ground truth does not hold there. A sample
+    that sees no effect above the bound but does not resolve it (an upper_95 above it) passes,
+    and the card says "not resolved"."""
+    bounds = validation.get("effect_bounds")
+    # an IIT-only or natural model (no strictness) claims no node-level bound: its other nodes may matter
+    if bounds and result.met_criterion and result.config.strict_weight > 0 and not bounds["exact"]:
+        w = bounds["worst"]
+        print(f"zoo: node {w['node']} moves {w['effect']} of the outputs at input length {w['length']} "
+              f"({w['shape']} inputs, {w['ablation']} ablation, {w['changed_sequences']} of {w['n_sequences']} "
+              f"fresh sequences; bound {bounds['bound']}): the node-level ground truth fails", file=sys.stderr)
+        return dataclasses.replace(result, met_criterion=False)
+    return result

@@ -182,14 +182,21 @@ class Bundle:
     """Parts on one low-level model: the training task (every part's rows) and a view per part."""
 
     name: str
+    """The training task's id; its views are `<name>.<part key>`."""
     parts: tuple[Part, ...]
     """The tasks; the first is the main one (the bundle's headline entry)."""
     n_layers: int
+    """Layers of the shared low-level model."""
     n_heads: int
+    """Heads per layer of the shared low-level model."""
     d_head: int
+    """Width of a head (d_model = n_heads * d_head)."""
     min_len: int
+    """Shortest input the sampler draws (every task)."""
     max_len: int
+    """Longest input (every task; n_ctx = max_len + 1)."""
     description: str
+    """What the bundle holds, for `zoo show planted`."""
     lr: float | None = None
     """Initial learning rate `zoo train` uses when given no --lr (PlantedTask.lr)."""
 

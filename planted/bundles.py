@@ -1,6 +1,6 @@
 """The multi-task bundles (planted.multi_task): which tasks share a model, and where each lives.
 
-mt-2x4: 2 layers x 4 heads (the failure-mode families' size, d_head 8); seven tasks occupy all ten
+mt-2x4: 2 layers x 4 heads (the failure-mode families' size, d_head 16); seven tasks occupy all ten
 components, so every component is some task's circuit; lengths 3-6, causal attention; each task
 answers with classes of its own (53 in all).
 
@@ -118,7 +118,7 @@ def mt_2x4() -> Bundle:
         _copy_part("first", "f", "a1.h1", _first, "y = x_1 from position 2 on (0 at 1)", _copy_reference(1, 2)),
         _copy_part("third", "t", "a1.h2", _third, "y = x_3 from position 4 on (0 before)", _copy_reference(3, 4)),
     )
-    return Bundle(name="mt-2x4", parts=parts, n_layers=2, n_heads=4, d_head=8, min_len=3, max_len=10, lr=0.003,
+    return Bundle(name="mt-2x4", parts=parts, n_layers=2, n_heads=4, d_head=16, min_len=3, max_len=6, lr=0.003, epochs=750,
                   description="Seven tasks in one 2-layer, 4-head model, one shared vocabulary and unembedding; "
                               "every component computes one task's node (planted.bundles).")
 

@@ -162,12 +162,18 @@ class PlantedTask:
     strict_edges: bool | None = None
     """Edge-level strictness when the command line says neither --strict-edges nor --no-strict-edges
     (None: siit.config.TrainConfig's default); the failure-mode models train edge-exact."""
+    epochs: int | None = None
+    """Step budget in epochs `zoo train` uses when given no --epochs (None: TrainConfig's); a
+    multi-task bundle has a task per n_tasks rows and needs more steps."""
     fixed_placement: bool = False
     """Node names are the low-level components themselves (a multi-task bundle places its tasks side
     by side, planted.multi_task); False: each head goes to a seeded random head of its layer."""
     bundle: Any = None
     """A multi-task view's planted.multi_task.Bundle: its weights are the bundle's, trained on every
     task's rows (Bundle.task()); None: trained on its own rows."""
+    view_tasks: Callable[[], tuple[Any, ...]] | None = None
+    """A multi-task bundle's training task: its views, each judged during training on its own rows
+    (siit.train_setup.Setup.views); None for every other task."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:

@@ -26,6 +26,11 @@ that it change nothing there. With classes of its own, a task's tokens can raise
 above every other task's (the direct path), and another task's answer, however loud, stays out of
 the argmax.
 
+The direct path (input -> logits) is an edge of every task's circuit: a task's tokens raise its own
+classes. It cannot be left out: strictness on a task's rows must hold against any activation of
+another task's output node, including the loud one it has on its own rows, and no output node can
+outvote every other task's; only the base row's own tokens, read by the direct path, can.
+
 Ground truth per task (a `view`): on the rows of task T the output is T's output node, computed
 from T's nodes only; no node of another task is a parent of T's nodes. Interchange training on
 the bundle (every node of every task, sources from any task) therefore trains strictness per
@@ -159,6 +164,21 @@ class MultiTaskModel(CausalModel):
         own = own / own.sum(1, keepdim=True).clamp(min=1.0)
         return 0.5 * own[task] + 0.5 / len(self.nodes)
 
+    def row_task_index(self, tokens: torch.Tensor) -> torch.Tensor:
+        """long [N]: the part (view) each row belongs to."""
+        return row_tasks(tokens - self.first_value_id, self.offsets)
+
+    def row_outside(self, tokens: torch.Tensor) -> torch.Tensor:
+        """bool [N, n_nodes]: the nodes of every task but the row's own, which strictness ablates on
+        that row (siit.train_step): per-task strictness with several nodes patched at once, as SIIT's
+        strictness rows do for a single task's non-circuit nodes."""
+        task = row_tasks(tokens - self.first_value_id, self.offsets)
+        own = torch.zeros(len(self.part_nodes), len(self.nodes), dtype=torch.bool)
+        index = {n: i for i, n in enumerate(self.nodes)}
+        for k, names in enumerate(self.part_nodes):
+            own[k, [index[n] for n in names if n in index]] = True
+        return ~own[task]
+
     def _visible(self) -> torch.Tensor:
         index = {n: i for i, n in enumerate(self.all_nodes)}
         return torch.tensor([index[n] for n in self.nodes])
@@ -199,6 +219,8 @@ class Bundle:
     """What the bundle holds, for `zoo show planted`."""
     lr: float | None = None
     """Initial learning rate `zoo train` uses when given no --lr (PlantedTask.lr)."""
+    epochs: int | None = None
+    """Step budget `zoo train` uses when given no --epochs (PlantedTask.epochs)."""
 
     def __post_init__(self) -> None:
         keys = [p.key for p in self.parts]
@@ -227,7 +249,9 @@ class Bundle:
                 labels[place[node.name]] = f"{part.key}: {node.label}"
             part_nodes.append(tuple(sorted((place[n] for n in part.model.nodes), key=node_sort_key)))
             lift = {INPUT: INPUT, LOGITS: LOGITS, **place}
-            part_edges.append(tuple((lift[a], lift[b]) for a, b in part.model.graph().edges))
+            # the direct path raises the task's own answer classes (its tokens' block): in every
+            # task's circuit, since no output node can outvote another task's on its rows
+            part_edges.append(tuple((lift[a], lift[b]) for a, b in part.model.graph().edges) + ((INPUT, LOGITS),))
         nodes.sort(key=lambda n: node_sort_key(n.name))
         return MultiTaskModel(node_list=tuple(nodes), first_value_id=1,
                               n_values=sum(p.model.n_values for p in self.parts),
@@ -257,7 +281,13 @@ class Bundle:
                     notes=f"Multi-task planted model (planted.multi_task); see `zoo show planted {name}`.")
         return PlantedTask(case=case, encoding=self.encoding(), model=self.model(view), n_layers=self.n_layers,
                            n_heads=self.n_heads, d_head=self.d_head, reference=Reference(self.parts), lr=self.lr,
-                           fixed_placement=True, strict_edges=True, bundle=None if view is None else self)
+                           epochs=self.epochs,
+                           fixed_placement=True, strict_edges=True, bundle=None if view is None else self,
+                           view_tasks=self.views if view is None else None)
+
+    def views(self) -> tuple[PlantedTask, ...]:
+        """Every part's view (the training task judges each: siit.train_setup.Setup.views)."""
+        return tuple(self.task(k) for k in range(len(self.parts)))
 
 
 @dataclasses.dataclass(frozen=True)

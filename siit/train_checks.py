@@ -42,7 +42,30 @@ def check(trainee: Trainee, s: Setup, config: TrainConfig,
             metrics.update(_edges_in_two_steps(trainee, s, evaluator, config, lagging))
         if not meets_criterion(metrics, judged, *floors):
             return metrics, False, name
+    if s.views:
+        return _views_check(trainee, s, config, metrics)
     return metrics, True, name
+
+
+def _views_check(trainee: Trainee, s: Setup, config: TrainConfig,
+                 metrics: dict[str, Any]) -> tuple[dict[str, Any], bool, str]:
+    """A multi-task bundle that meets the pooled criterion, judged again on each task's own rows and
+    circuit (Setup.views): met only if every view meets it; `views` records each view's figures."""
+    floors = (config.criterion, config.distractor_r2, config.edge_criterion)
+    judged = tuple(m for m in config.judged_metrics if m != "distractor_r2")
+    met, summary = True, {}
+    for view in s.views:
+        chain = [view.evaluator] + ([view.final_evaluator] if view.vary_shapes else [])
+        for evaluator in chain:
+            part = evaluate_trainee(trainee, view, evaluator, edges=config.trains_edges)
+            ok = meets_criterion(part, judged, *floors)
+            if not ok:
+                break
+        summary[view.name] = {
+            "iia_min": part["iia_min"], "siia_min": part["siia_min"], "edge_siia_min": part.get("edge_siia_min"),
+            "met": ok}
+        met = met and ok
+    return {**metrics, "views": summary}, met, "views"
 
 
 def _edges_in_two_steps(trainee: Trainee, s: Setup, evaluator: Evaluator, config: TrainConfig,

@@ -12,13 +12,23 @@ from torch import nn
 
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
-from siit.data import SHAPES, Dataset, case_seed, make_dataset, resolve_pairing, source_length_weights, step_generator, with_shapes
+from siit.data import (
+    SHAPES,
+    Dataset,
+    case_seed,
+    make_dataset,
+    resolve_pairing,
+    source_length_weights,
+    step_generator,
+    with_shapes,
+)
 from siit.distractors import DistractorTargets, make_distractors
 from siit.edges import EdgeLayout
 from siit.high_level import HighLevelModel, as_task, selection_rows
 from siit.loudness import Loudness
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
+
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Setup:
@@ -53,6 +63,12 @@ class Setup:
     non_circuit_edges: torch.Tensor | None = None
     """bool [U, R] (siit.edges.EdgeLayout): the edges outside the circuit that strictness rows
     patch one by one and checks judge (TrainConfig.strict_edges), or None."""
+    name: str = ""
+    """The task's id (case.id)."""
+    views: tuple[Setup, ...] = ()
+    """A multi-task bundle's views (planted.multi_task), each task's rows with its own circuit: the
+    criterion is met only when every view meets it too (siit.train_checks); a pooled check weighs a
+    task's own interchanges one in n_tasks. Empty for every other task."""
     device: torch.device = torch.device("cpu")
     """Where the model, the evaluators and the distractor targets live (eval.core.device). The
     training set, the masks and the high-level model stay on the CPU, where every step draws its
@@ -113,7 +129,9 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
                  targets=targets, circuit_slots=circuit_slots, case_seed=per_case,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
                  source_weight=source_length_weights(train_set.lengths, pairing),
-                 non_circuit_edges=non_circuit_edges, device=device)
+                 non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),
+                 views=tuple(prepare(v, dataclasses.replace(config, distractors=False), arch, device=device)
+                             for v in (getattr(task, "view_tasks", None) or tuple)()))
 
 
 

@@ -14,7 +14,14 @@ from __future__ import annotations
 import torch
 
 from siit.config import TrainConfig
-from siit.data import SHAPES, epoch_order, pair_sources, present_mask, random_shapes, step_generator
+from siit.data import (
+    SHAPES,
+    epoch_order,
+    pair_sources,
+    present_mask,
+    random_shapes,
+    step_generator,
+)
 from siit.distractors import distractor_loss, norm_ceiling_loss, readout
 from siit.edges import sample_edges
 from siit.losses import last_position_weights, output_loss
@@ -73,8 +80,8 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
     iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_mask = s.low_masks[choice]
-    strict_mask = _strict_mask(s.non_aligned, B, config.strict_sampling, gen)
-    strict_edges, shuffle = _strictness_draws(s, B, gen, edge_emphasis)
+    strict_mask = _strict_mask(_non_aligned(s, tokens), B, config.strict_sampling, gen)
+    strict_edges, shuffle = _strictness_draws(s, B, gen, edge_emphasis, tokens)
     # drawn on the CPU (the same draws on every device), then moved where the model is
     dev = s.device
     tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges = (
@@ -110,8 +117,8 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     return out
 
 
-def _strictness_draws(s: Setup, batch: int, gen: torch.Generator,
-                      emphasis: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
+def _strictness_draws(s: Setup, batch: int, gen: torch.Generator, emphasis: torch.Tensor | None,
+                      tokens: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(bool [B, U, R] the non-circuit edges of each strictness row, or None without edge-level
     strictness; long [B] the row whose source each strictness row takes)."""
     # strictness rows take another row's source: any counterfactual, of any length, must leave
@@ -122,6 +129,11 @@ def _strictness_draws(s: Setup, batch: int, gen: torch.Generator,
         return None, shuffle
     # half the rows one edge (lagging ones more often), half each edge w.p. 0.5: one edge at a
     # time left case 3's edges at SIIA 0.55 when its nodes met the criterion, and 5000 steps to go
+    if s.views and s.views[0].non_circuit_edges is not None:
+        # a multi-task bundle: each row patches edges outside its own task's circuit (its view's)
+        task = s.high.row_task_index(tokens)
+        per_view = torch.stack([sample_edges(v.non_circuit_edges, batch, "mixed", gen) for v in s.views])
+        return per_view[task, torch.arange(batch)], shuffle
     return sample_edges(s.non_circuit_edges, batch, "mixed", gen, emphasis), shuffle
 
 
@@ -175,12 +187,22 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
     return (acts if config.source_gradient else acts.detach()), aux
 
 
+def _non_aligned(s: Setup, tokens: torch.Tensor) -> torch.Tensor:
+    """bool [L, S] the nodes strictness ablates; a multi-task model's are per row, bool [B, L, S]: the
+    nodes of every other task (planted.multi_task: MultiTaskModel.row_outside)."""
+    outside = getattr(s.high, "row_outside", None)
+    if outside is None:
+        return s.non_aligned
+    return (outside(tokens)[:, :, None, None] & s.low_masks[None]).any(1) | s.non_aligned
+
+
 def _strict_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator) -> torch.Tensor:
-    """bool [B, L, S] of ablated non-aligned nodes (see TrainConfig.strict_sampling)."""
+    """bool [B, L, S] of ablated non-aligned nodes (see TrainConfig.strict_sampling); non_aligned
+    bool [L, S], or [B, L, S] per row."""
     if not non_aligned.any():
-        return non_aligned.expand(batch, *non_aligned.shape).clone()
-    half = (torch.rand(batch, *non_aligned.shape, generator=gen) < 0.5) & non_aligned
-    one = _one_node(non_aligned, batch, gen)
+        return non_aligned.expand(batch, *non_aligned.shape[-2:]).clone()
+    half = (torch.rand(batch, *non_aligned.shape[-2:], generator=gen) < 0.5) & non_aligned
+    one = _one_node(non_aligned, batch, gen) if non_aligned.dim() == 2 else _one_node_per_row(non_aligned, gen)
     if sampling == "half":
         return half
     if sampling == "one":
@@ -195,3 +217,13 @@ def _one_node(non_aligned: torch.Tensor, batch: int, gen: torch.Generator) -> to
     out = torch.zeros(batch, non_aligned.numel(), dtype=torch.bool)
     out[torch.arange(batch), pick] = True
     return out.reshape(batch, *non_aligned.shape)
+
+
+def _one_node_per_row(non_aligned: torch.Tensor, gen: torch.Generator) -> torch.Tensor:
+    """bool [B, L, S]: one of each row's own non-aligned nodes (none where a row has none)."""
+    flat = non_aligned.flatten(1).float()  # [B, L * S]
+    has = flat.sum(1) > 0
+    pick = torch.multinomial(torch.where(has[:, None], flat, torch.ones_like(flat)), 1, generator=gen)[:, 0]
+    out = torch.zeros_like(flat, dtype=torch.bool)
+    out[torch.arange(flat.shape[0]), pick] = has
+    return out.reshape(non_aligned.shape)

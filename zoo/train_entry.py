@@ -41,6 +41,8 @@ class TrainOptions:
     """Whether --lr was given (otherwise a planted model's own learning rate applies)."""
     strict_edges_given: bool = False
     """Whether --strict-edges or --no-strict-edges was given (otherwise a planted model's own default applies)."""
+    epochs_given: bool = False
+    """Whether --epochs was given (otherwise a planted model's own step budget applies)."""
     root: str | None = None
     """Zoo root (None: $ZOO_HOME or ~/.cache/zoo)."""
     resume: bool = False
@@ -89,15 +91,18 @@ def compiled_task(root: str | None, case):
         raise ZooError(f"cannot write the compile cache: {exc}") from None
 
 
-def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False):
+def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False, epochs_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate and edge-level strictness, PlantedTask.lr and .strict_edges); no distractors for a
+    learning rate, edge-level strictness and step budget, PlantedTask.lr, .strict_edges and .epochs); no distractors for a
     task whose circuit covers the whole model (PlantedTask.covers_model: a multi-task bundle)."""
     lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
     if not lr_given and lr is not None:
         config = dataclasses.replace(config, lr=lr)
     if not strict_edges_given and edges is not None:
         config = dataclasses.replace(config, strict_edges=edges)
+    epochs = getattr(task, "epochs", None)
+    if not epochs_given and epochs is not None:
+        config = dataclasses.replace(config, epochs=epochs)
     if getattr(task, "covers_model", False) and config.distractors:
         # every component is some task's circuit (a multi-task bundle): nothing is left for busy-work
         config = dataclasses.replace(config, distractors=False)
@@ -135,7 +140,7 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     compiled = compiled_task(options.root, case)
     trained_on = training_task(compiled)  # a multi-task view trains its bundle (planted.multi_task)
     config = with_task_defaults(options.config, trained_on, lr_given=options.lr_given,
-                                strict_edges_given=options.strict_edges_given)
+                                strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given)
     result = train(trained_on, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
     if trained_on is not compiled:

@@ -65,6 +65,7 @@ def test_the_bundle_covers_every_component_and_each_view_is_its_part(bundle):
         assert all(corr.mapping[n] == (n,) for n in view.graph.nodes)  # fixed placement, whatever the seed
         seen += view.graph.nodes
         assert view.encoding == training.encoding  # one vocabulary and unembedding
+        assert ("input", "logits") in view.graph.edges  # a task's tokens raise its own answer classes
     assert sorted(seen) == sorted(training.graph.nodes)
 
 
@@ -133,6 +134,8 @@ def test_a_view_trains_its_bundle_without_distractors(bundle):
     assert trained_on.case.id == "mt-2x4" and trained_on.covers_model
     config = with_task_defaults(TrainConfig(), trained_on, lr_given=False)
     assert config.distractors is False and config.strict_edges is True
+    assert config.epochs == bundle.epochs == 750 and config.lr == bundle.lr  # a bundle's own budget and lr
+    assert with_task_defaults(TrainConfig(epochs=10), trained_on, lr_given=False, epochs_given=True).epochs == 10
     family = get_planted("saturation")
     assert training_task(family) is family
     assert with_task_defaults(TrainConfig(), family, lr_given=False).distractors is True

@@ -204,8 +204,10 @@ def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
         assert config.lr == (own or default.lr)
         # the failure-mode models and multi-task views also train edge-exact by default; nothing else changes
         edges = task.failure_mode is not None or task.bundle is not None
-        assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges), name
+        epochs = task.bundle.epochs if task.bundle is not None else default.epochs  # a bundle's own budget
+        assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges, epochs=epochs), name
         assert with_task_defaults(TrainConfig(lr=0.02), task, lr_given=True).lr == 0.02
-        assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(lr=config.lr)
+        assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(lr=config.lr,
+                                                                                                        epochs=epochs)
     with pytest.raises(ValueError, match="lr must be a positive number"):
         dataclasses.replace(get_planted("causal-bench-2x2"), lr=0.0)

@@ -50,7 +50,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "validation.json's exact edge patching finds none above the bound. Slower; default off "
                    "(--no-strict-edges; on for the failure-mode planted models): the paper's node-level SIIT, whose edge labels validation.json only "
                    "reports, and patching may contradict them")
-    p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']})")
+    p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']}, or a planted "
+                   "model's own: 750 for a multi-task bundle's views)")
     p.add_argument("--seed", type=int, default=0, help=f"seed of data, correspondence, init and sampling (default {d['seed']})")
     p.add_argument("--lr", type=float, default=None, help=f"initial Adam learning rate (default {d['lr']:g}, or a planted "
                    "model's own: 0.005 for causal-bench-10x10 and -12x12; the paper 1e-3)")
@@ -144,6 +145,7 @@ def train_options(args: argparse.Namespace):
     _check_args(args)
     return TrainOptions(config=_train_config(args), arch=_arch_config(args), lr_given=args.lr is not None,
                         strict_edges_given=args.strict_edges is not None,
+                        epochs_given=args.epochs is not None,
                         root=args.root, resume=args.resume, threads=args.threads or TRAIN_THREADS,
                         flags=option_flags(args), device=device_from(args))
 

@@ -144,40 +144,15 @@ class MultiTaskModel(CausalModel):
         return Circuit.build(self.nodes, edges, {n: self.part_labels[n] for n in self.nodes})
 
     def _labels(self, tokens: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
-        task = row_tasks(tokens - self.first_value_id, self.offsets)
+        task = self.row_task_index(tokens)
         index = {n: i for i, n in enumerate(self.all_nodes)}
         out_rows = torch.tensor([index[n] for n in self.outputs])[task]  # [N]
         return values[out_rows, torch.arange(tokens.shape[0])] + torch.tensor(self.out_offsets)[task][:, None]
 
-    def row_node_weights(self, tokens: torch.Tensor) -> torch.Tensor:
-        """[N, n_nodes] IIT's draw weights per row (siit.train_step): half on the nodes of the row's
-        own task, half on every node. Uniform draws put a task's node on a row of its own task one
-        time in n_tasks, and that is the only draw that trains its value (strictness is the rest);
-        with seven tasks its interchanges from other tasks' rows plateaued at IIA 0.2-0.5."""
-        task = row_tasks(tokens - self.first_value_id, self.offsets)
-        index = {n: i for i, n in enumerate(self.nodes)}
-        own = torch.zeros(len(self.part_nodes), len(self.nodes))
-        for k, names in enumerate(self.part_nodes):
-            for n in names:
-                if n in index:
-                    own[k, index[n]] = 1.0
-        own = own / own.sum(1, keepdim=True).clamp(min=1.0)
-        return 0.5 * own[task] + 0.5 / len(self.nodes)
-
     def row_task_index(self, tokens: torch.Tensor) -> torch.Tensor:
-        """long [N]: the part (view) each row belongs to."""
+        """long [N]: the part (view) each row belongs to; siit.train_step draws each row's IIT node,
+        strictness nodes and edges from its view (Setup.views)."""
         return row_tasks(tokens - self.first_value_id, self.offsets)
-
-    def row_outside(self, tokens: torch.Tensor) -> torch.Tensor:
-        """bool [N, n_nodes]: the nodes of every task but the row's own, which strictness ablates on
-        that row (siit.train_step): per-task strictness with several nodes patched at once, as SIIT's
-        strictness rows do for a single task's non-circuit nodes."""
-        task = row_tasks(tokens - self.first_value_id, self.offsets)
-        own = torch.zeros(len(self.part_nodes), len(self.nodes), dtype=torch.bool)
-        index = {n: i for i, n in enumerate(self.nodes)}
-        for k, names in enumerate(self.part_nodes):
-            own[k, [index[n] for n in names if n in index]] = True
-        return ~own[task]
 
     def _visible(self) -> torch.Tensor:
         index = {n: i for i, n in enumerate(self.all_nodes)}

@@ -70,9 +70,9 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     B = bases.shape[0]
     # IIT: each row intervenes on one high-level node (and its low-level image), lagging ones more
     # often once training has stalled (siit.adaptation)
-    row_weights = getattr(s.high, "row_node_weights", None)  # a multi-task model's own-task draw
-    if row_weights is not None:
-        w = row_weights(tokens) * (1.0 if emphasis is None else emphasis[None])  # [B, n_high]
+    view = s.high.row_task_index(tokens) if s.views else None  # a multi-task bundle: each row's view
+    if view is not None:
+        w = _own_task_weights(s)[view] * (1.0 if emphasis is None else emphasis[None])  # [B, n_high]
         choice = torch.multinomial(w, 1, generator=gen)[:, 0]
     elif emphasis is None:
         choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
@@ -80,8 +80,9 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
     iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_mask = s.low_masks[choice]
-    strict_mask = _strict_mask(_non_aligned(s, tokens), B, config.strict_sampling, gen)
-    strict_edges, shuffle = _strictness_draws(s, B, gen, edge_emphasis, tokens)
+    non_aligned = s.non_aligned if view is None else torch.stack([v.non_aligned for v in s.views])[view]
+    strict_mask = _strict_mask(non_aligned, B, config.strict_sampling, gen)
+    strict_edges, shuffle = _strictness_draws(s, B, gen, edge_emphasis, view)
     # drawn on the CPU (the same draws on every device), then moved where the model is
     dev = s.device
     tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges = (
@@ -118,9 +119,10 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
 
 
 def _strictness_draws(s: Setup, batch: int, gen: torch.Generator, emphasis: torch.Tensor | None,
-                      tokens: torch.Tensor) -> tuple[torch.Tensor | None, torch.Tensor]:
+                      view: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor]:
     """(bool [B, U, R] the non-circuit edges of each strictness row, or None without edge-level
-    strictness; long [B] the row whose source each strictness row takes)."""
+    strictness; long [B] the row whose source each strictness row takes). view: long [B] each row's
+    view of a multi-task bundle (Setup.views), or None."""
     # strictness rows take another row's source: any counterfactual, of any length, must leave
     # the output alone (as eval's resample ablation draws them), not only the IIT pairing's (at
     # least as long as the base: trained so, case 3's m1 moved 36% of eval's length-5 outputs)
@@ -129,11 +131,10 @@ def _strictness_draws(s: Setup, batch: int, gen: torch.Generator, emphasis: torc
         return None, shuffle
     # half the rows one edge (lagging ones more often), half each edge w.p. 0.5: one edge at a
     # time left case 3's edges at SIIA 0.55 when its nodes met the criterion, and 5000 steps to go
-    if s.views and s.views[0].non_circuit_edges is not None:
+    if view is not None:
         # a multi-task bundle: each row patches edges outside its own task's circuit (its view's)
-        task = s.high.row_task_index(tokens)
         per_view = torch.stack([sample_edges(v.non_circuit_edges, batch, "mixed", gen) for v in s.views])
-        return per_view[task, torch.arange(batch)], shuffle
+        return per_view[view, torch.arange(batch)], shuffle
     return sample_edges(s.non_circuit_edges, batch, "mixed", gen, emphasis), shuffle
 
 
@@ -187,13 +188,13 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
     return (acts if config.source_gradient else acts.detach()), aux
 
 
-def _non_aligned(s: Setup, tokens: torch.Tensor) -> torch.Tensor:
-    """bool [L, S] the nodes strictness ablates; a multi-task model's are per row, bool [B, L, S]: the
-    nodes of every other task (planted.multi_task: MultiTaskModel.row_outside)."""
-    outside = getattr(s.high, "row_outside", None)
-    if outside is None:
-        return s.non_aligned
-    return (outside(tokens)[:, :, None, None] & s.low_masks[None]).any(1) | s.non_aligned
+def _own_task_weights(s: Setup) -> torch.Tensor:
+    """[n_views, n_high] IIT's draw weights for a row of each view of a multi-task bundle: half on the
+    view's own nodes, half on every node. Uniform draws put a task's node on a row of its own task one
+    time in n_tasks, and only that draw trains its value (strictness is the rest): with seven tasks its
+    interchanges from other tasks' rows plateaued at IIA 0.2-0.5."""
+    own = torch.tensor([[n in v.corr.mapping for n in s.corr.high_nodes] for v in s.views], dtype=torch.float32)
+    return 0.5 * own / own.sum(1, keepdim=True).clamp(min=1.0) + 0.5 / len(s.corr.high_nodes)
 
 
 def _strict_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator) -> torch.Tensor:

@@ -106,14 +106,14 @@ def test_strictness_rows_patch_other_tasks_nodes_and_edges_only():
     from siit.data import step_generator
     from siit.edges import EdgeLayout
     from siit.train_setup import prepare
-    from siit.train_step import _non_aligned, _strict_mask, _strictness_draws
+    from siit.train_step import _strict_mask, _strictness_draws
 
     bundle = tiny_bundle()
     s = prepare(bundle.task(), TrainConfig(n_train=256, n_val=64, strict_edges=True, distractors=False), ArchConfig())
     tokens = s.train_set.tokens[:64]
     task = s.high.row_task_index(tokens)
-    mask = _strict_mask(_non_aligned(s, tokens), 64, "half", step_generator(0, 0))
-    edges, _ = _strictness_draws(s, 64, step_generator(0, 1), None, tokens)
+    mask = _strict_mask(torch.stack([v.non_aligned for v in s.views])[task], 64, "half", step_generator(0, 0))
+    edges, _ = _strictness_draws(s, 64, step_generator(0, 1), None, task)
     layout = EdgeLayout(s.low_config["n_layers"], s.low_config["n_heads"])
     for row in range(64):
         view = s.views[int(task[row])]

@@ -21,6 +21,10 @@ No two nodes compute the same function either: with a task "y = x_{i-1}" beside 
 
 The main task (the bundle's headline view) is rare-feature; each task is a view of its own
 (`mt-2x4.<task>`), a benchmark entry with the same weights.
+
+mt-2x2: 2 layers x 2 heads, d_head 16; four of the tasks above on all six components (rare-feature
+a0.h0 -> m0, saturation a0.h1 -> m1, first a1.h0, second a1.h1): fewer tasks, so fewer cross-task
+edges for strictness to train away.
 """
 
 from __future__ import annotations
@@ -123,5 +127,20 @@ def mt_2x4() -> Bundle:
                               "every component computes one task's node (planted.bundles).")
 
 
-BUNDLES = {"mt-2x4": mt_2x4}
+def mt_2x2() -> Bundle:
+    rare, sat = rare_feature(), saturation()
+    parts = (
+        Part(key="rare-feature", prefix="r", model=rare.model, placement={"a0.h0": "a0.h0", "m0": "m0"},
+             reference=rare.reference, n_values=8, description=rare.case.description),
+        Part(key="saturation", prefix="s", model=sat.model, placement={"a0.h0": "a0.h1", "m0": "m1"},
+             reference=sat.reference, n_values=5, description=sat.case.description),
+        _copy_part("first", "f", "a1.h0", _first, "y = x_1 from position 2 on (0 at 1)", _copy_reference(1, 2)),
+        _copy_part("second", "n", "a1.h1", _second, "y = x_2 from position 3 on (0 before)", _copy_reference(2, 3)),
+    )
+    return Bundle(name="mt-2x2", parts=parts, n_layers=2, n_heads=2, d_head=16, min_len=3, max_len=6, lr=0.003,
+                  epochs=750, description="Four tasks in one 2-layer, 2-head model, one shared vocabulary and "
+                                          "unembedding; every component computes one task's node (planted.bundles).")
+
+
+BUNDLES = {"mt-2x4": mt_2x4, "mt-2x2": mt_2x2}
 """Bundle name -> its builder."""

@@ -76,10 +76,17 @@ class CausalModel:
     """Token id of input value 0 (ids of values are consecutive from there)."""
     n_values: int
     """Output classes (the output node's values lie in [0, n_values))."""
+    joint: tuple[tuple[str, ...], ...] = ()
+    """Groups of nodes that training also interchanges together and validation judges together
+    (siit.correspondence.Correspondence.joint): redundant copies, none of which alone changes the
+    output (planted.failure_modes' redundancy)."""
 
     def __post_init__(self) -> None:
         if not self.node_list:
             raise ValueError("a causal model needs at least one node")
+        for group in self.joint:
+            if len(set(group)) < 2 or any(n not in self.nodes for n in group):
+                raise ValueError(f"joint group {group}: needs two or more distinct nodes of the model")
         names = [n.name for n in self.node_list]
         if names != sorted(names, key=node_sort_key):
             raise ValueError(f"nodes must be listed in forward order, got {names}")
@@ -225,8 +232,10 @@ class PlantedTask:
     def correspondence(self, low_config: Mapping[str, Any], seed: int) -> Correspondence:
         if self.fixed_placement:
             low = NodeLayout(low_config["n_layers"], low_config["n_heads"])
-            return Correspondence(mapping={n: (n,) for n in self.graph.nodes}, high=self.layout, low=low)
-        return make_correspondence(self.graph, self.high_layout, low_config, seed)
+            return Correspondence(mapping={n: (n,) for n in self.graph.nodes}, high=self.layout, low=low,
+                                  joint=self.model.joint)
+        corr = make_correspondence(self.graph, self.high_layout, low_config, seed)
+        return dataclasses.replace(corr, joint=self.model.joint)
 
     def labels(self, seqs: list[tuple[Any, ...]]) -> torch.Tensor:
         """long [N, n_ctx]: the reference's outputs as class ids (0 at BOS and PAD)."""

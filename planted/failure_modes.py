@@ -47,6 +47,22 @@ saturation (family `saturation`; values 0-4):
   gradient_attribution rank the head's q and k edges low while exact edge patching ranks them in;
   integrated gradients (eap_ig_*) recover part of it. At head level the head's v edge hides this
   (a head edge takes its largest part).
+
+redundancy (family `redundancy`; values 0-4):
+
+    copies   a0.h0, a0.h1, a0.h2   v = x_1 (three heads, the same value)
+    answer   m0                    y_i = (x_i + majority of the three copies) mod 5
+
+  Backup in its plainest form: two of the three copies are enough. Interchanging one copy never
+  changes the output (the other two outvote it; validation lists each as an inert circuit node),
+  interchanging any two changes it whenever the counterfactual's x_1 differs (80% of pairs). SIIT
+  trains this with joint interchanges (CausalModel.joint: each pair and all three, drawn and judged
+  like nodes). Prediction (Wang et al. 2023 on IOI's backup name movers; McGrath et al. 2023, "The
+  Hydra effect"; Conmy et al. 2023 §4 on ACDC's greedy order): methods that score one component or
+  edge at a time against the full model (activation_patching, ablation_scan, edge_patching, eap,
+  eap_ig_*, gradient_attribution) see no copy matter; methods that remove components cumulatively
+  (acdc: once one copy's edge is pruned the other two become necessary) or optimise a mask jointly
+  (edge_sp, node_sp) keep at least two copies.
 """
 
 from __future__ import annotations
@@ -60,6 +76,8 @@ from rasp_programs.case import BOS, PAD, Case
 from rasp_programs.encoding import Encoding
 
 MIN_LEN, MAX_LEN = 3, 6
+COPIES = ("a0.h0", "a0.h1", "a0.h2")
+"""redundancy's three copy heads."""
 FAMILIES: dict[str, dict[str, Any]] = {
     "rare-feature": {"models": ("rare-feature",),
                      "prediction": "gradient methods (eap, eap_ig_inputs, eap_ig_activations, gradient_attribution) "
@@ -71,16 +89,27 @@ FAMILIES: dict[str, dict[str, Any]] = {
                                    "ablation_scan, greedy, node_sp, gradient_attribution) miss the carry head, "
                                    "whose two paths cancel; edge methods find its edges",
                      "weak": ("activation_patching", "ablation_scan", "greedy", "node_sp", "gradient_attribution"),
-                     "cancelling": ("a0.h0",)},
+                     "inert_alone": ("a0.h0",)},
     "saturation": {"models": ("saturation",),
                    "prediction": "at q/k/v level, eap and gradient_attribution rank the duplicate head's query "
                                  "and key edges low (the saturated softmax has a vanishing gradient), while exact "
                                  "edge patching ranks them in; at head level the v edge hides it",
                    "weak": ("eap", "gradient_attribution"), "level": "qkv_edge"},
+    "redundancy": {"models": ("redundancy",),
+                   "prediction": "methods that score one component or edge at a time against the full model "
+                                 "(activation_patching, ablation_scan, edge_patching, eap, eap_ig_inputs, "
+                                 "eap_ig_activations, gradient_attribution) rank the three copy heads and their "
+                                 "edges near out-of-circuit noise, since no single copy moves the output; methods "
+                                 "that remove components cumulatively or jointly (acdc, edge_sp, node_sp) keep at "
+                                 "least two of them",
+                   "weak": ("activation_patching", "ablation_scan", "edge_patching", "eap", "eap_ig_inputs",
+                            "eap_ig_activations", "gradient_attribution"),
+                   "inert_alone": COPIES},
 }
 """Family -> its planted models, the prediction in words, the methods predicted to fail, the
-high-level nodes whose total effect is 0 by design (`cancelling`; their edges matter), and the level
-the prediction is about (`level`: `edge`, the default, or `qkv_edge`)."""
+high-level nodes whose interchange alone never changes the output by design (`inert_alone`:
+cancellation's carry, whose two paths cancel; redundancy's copies, which the other two outvote), and
+the level the prediction is about (`level`: `edge`, the default, or `qkv_edge`)."""
 
 
 def _case(name: str, values: tuple[int, ...], description: str) -> Case:
@@ -196,6 +225,46 @@ def saturation() -> PlantedTask:
                  saturation_reference)
 
 
-PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation, "saturation": saturation}
+# redundancy -----------------------------------------------------------------------------------
+
+REDUNDANT_VALUES = 5
+
+
+def _copy_first(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return digits[:, 1:2].expand_as(digits).clone()
+
+
+def _majority(a: torch.Tensor, b: torch.Tensor, c: torch.Tensor) -> torch.Tensor:
+    """The value two of the three copies hold (a where all three differ, which no interchange from
+    one source makes)."""
+    return torch.where((a == b) | (a == c), a, torch.where(b == c, b, a))
+
+
+def _redundant_answer(digits: torch.Tensor, real: torch.Tensor, a: torch.Tensor, b: torch.Tensor,
+                      c: torch.Tensor) -> torch.Tensor:
+    return (digits + _majority(a, b, c)) % REDUNDANT_VALUES
+
+
+def redundant_reference(seq: tuple[int, ...]) -> list[int]:
+    """The label function: every copy holds x_1, so the majority is x_1."""
+    return [(x + seq[0]) % REDUNDANT_VALUES for x in seq]
+
+
+def redundancy() -> PlantedTask:
+    copies = tuple(Node(name=name, parents=(), fn=_copy_first, reads_input=True, label=f"copy {k + 1} of 3: v = x_1")
+                   for k, name in enumerate(COPIES))
+    answer = Node(name="m0", parents=COPIES, fn=_redundant_answer, reads_input=True,
+                  label="answer: y = x_i + majority of the three copies (mod 5)")
+    pairs = tuple((a, b) for i, a in enumerate(COPIES) for b in COPIES[i + 1:])
+    model = CausalModel(node_list=(*copies, answer), first_value_id=1, n_values=REDUNDANT_VALUES,
+                        joint=(*pairs, COPIES))
+    return _task("redundancy", tuple(range(REDUNDANT_VALUES)),
+                 "Redundancy: y_i = (x_i + x_1) mod 5, x_1 carried by three heads and read by majority: "
+                 "interchanging one copy never changes the output, any two change it whenever the "
+                 "counterfactual's x_1 differs.", model, redundant_reference)
+
+
+PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation, "saturation": saturation,
+           "redundancy": redundancy}
 """Planted model name -> its builder."""
 

@@ -119,7 +119,9 @@ def worst_metric(metrics: dict[str, Any], config: TrainConfig) -> float:
 
 
 def node_weights(state: AdaptState, metrics: dict[str, Any] | None, high_nodes: Sequence[str]) -> torch.Tensor | None:
-    """float [N]: IIT's draw probabilities over high-level nodes; None for uniform (no emphasis)."""
+    """float [N]: IIT's draw probabilities over its interventions (siit.correspondence
+    .Correspondence.interventions: the high-level nodes, then any joint groups); None for uniform
+    (no emphasis)."""
     if not state.emphasis or metrics is None:
         return None
     per_node = metrics.get("iia_per_node", {})

@@ -78,10 +78,35 @@ class Correspondence:
     """High-level node -> low-level nodes, in the high-level graph's node order."""
     high: NodeLayout
     low: NodeLayout
+    joint: tuple[tuple[str, ...], ...] = ()
+    """Groups of high-level nodes that IIT also interchanges together, each judged by IIA like a node
+    (a redundant circuit, planted.failure_modes' redundancy: no single copy's interchange changes the
+    output, two copies' do, so only a joint interchange trains what the copies carry)."""
+
+    def __post_init__(self) -> None:
+        for group in self.joint:
+            unknown = [n for n in group if n not in self.mapping]
+            if unknown or len(set(group)) < 2:
+                raise ValueError(f"joint interchange {group}: needs two or more distinct high-level nodes "
+                                 f"of the correspondence (unknown: {unknown})")
 
     @property
     def high_nodes(self) -> tuple[str, ...]:
         return tuple(self.mapping)
+
+    @property
+    def interventions(self) -> tuple[str, ...]:
+        """The interchanges IIT draws and IIA judges: every high-level node alone, then each joint
+        group, named by its nodes joined with `+` (e.g. `a0.h0+a0.h1`)."""
+        return self.high_nodes + tuple("+".join(group) for group in self.joint)
+
+    def selects(self) -> torch.Tensor:
+        """bool [n_interventions, n_high_nodes]: row i the high-level nodes intervention i takes
+        from the source (a HighLevelModel's `select`)."""
+        nodes = self.high_nodes
+        rows = torch.eye(len(nodes), dtype=torch.bool)
+        joint = [torch.tensor([n in group for n in nodes]) for group in self.joint]
+        return torch.cat([rows, torch.stack(joint)]) if joint else rows
 
     @property
     def aligned(self) -> tuple[str, ...]:
@@ -95,12 +120,17 @@ class Correspondence:
         return tuple(n for n in self.low.nodes if n not in aligned)
 
     def high_masks(self) -> torch.Tensor:
-        """bool [n_high_nodes, hl layers, hl heads + 1]: row i intervenes on high-level node i."""
-        return torch.stack([self.high.mask([n]) for n in self.mapping])
+        """bool [n_interventions, hl layers, hl heads + 1]: row i intervenes on the high-level
+        node(s) of intervention i."""
+        return torch.stack([self.high.mask(group) for group in self._groups()])
 
     def low_masks(self) -> torch.Tensor:
-        """bool [n_high_nodes, ll layers, ll heads + 1]: row i intervenes on Π(high-level node i)."""
-        return torch.stack([self.low.mask(nodes) for nodes in self.mapping.values()])
+        """bool [n_interventions, ll layers, ll heads + 1]: row i intervenes on Π of intervention i's
+        high-level node(s)."""
+        return torch.stack([self.low.mask([ll for n in group for ll in self.mapping[n]]) for group in self._groups()])
+
+    def _groups(self) -> list[tuple[str, ...]]:
+        return [(n,) for n in self.mapping] + list(self.joint)
 
     def map_circuit(self, graph: Circuit) -> Circuit:
         """The high-level graph mapped onto low-level nodes (head granularity)."""

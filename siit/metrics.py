@@ -20,7 +20,7 @@ from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
 from siit.edges import EdgeLayout
 from siit.interventions import node_activations, repeat_rows
-from siit.high_level import HighLevelModel, selection_rows
+from siit.high_level import HighLevelModel
 from siit.losses import agree, predictions
 from siit.transformer import Patch, Transformer
 
@@ -35,7 +35,8 @@ class Evaluator:
     sources: torch.Tensor
     """long [N]: the source paired with each validation base."""
     iit_targets: torch.Tensor
-    """[n_high_nodes, N, T]: high-level output with that node taken from the source."""
+    """[n_interventions, N, T]: high-level output with that node (or joint group,
+    Correspondence.interventions) taken from the source."""
     correspondence: Correspondence
     task_kind: TaskKind
     tolerance: float
@@ -67,7 +68,7 @@ class Evaluator:
         edge_sources = torch.cat([any_length + k * n0 for k in range(copies)])
         targets = []
         with torch.no_grad():  # high-level node i of correspondence.high_nodes is high.nodes[i]
-            for select in selection_rows(len(correspondence.high_nodes)):
+            for select in correspondence.selects():
                 targets.append(high.interchange(data.tokens, data.mask, data.high_acts[:, sources], select))
         return cls(data, sources, torch.stack(targets), correspondence, task_kind, tolerance, edge_sources)
 
@@ -80,7 +81,7 @@ class Evaluator:
     def groups(self) -> tuple[list[str], torch.Tensor]:
         """Names and low-level masks [G, L, S] of every intervention the metrics need."""
         corr = self.correspondence
-        names = ["clean"] + [f"iia:{n}" for n in corr.high_nodes] + [f"siia:{n}" for n in corr.non_aligned]
+        names = ["clean"] + [f"iia:{n}" for n in corr.interventions] + [f"siia:{n}" for n in corr.non_aligned]
         masks = [torch.zeros(corr.low.n_layers, corr.low.n_heads + 1, dtype=torch.bool)]
         masks += list(corr.low_masks())
         masks += [corr.low.mask([n]) for n in corr.non_aligned]
@@ -177,7 +178,7 @@ class Evaluator:
         agreed = []  # bool [N, T] per group
         for i, name in enumerate(names):
             if name.startswith("iia:"):
-                target = self.iit_targets[self.correspondence.high_nodes.index(name[4:])]
+                target = self.iit_targets[self.correspondence.interventions.index(name[4:])]
             else:
                 target = self.data.labels
             agreed.append(agree(preds[i], target, self.task_kind, self.tolerance))

@@ -24,7 +24,7 @@ from siit.data import (
 )
 from siit.distractors import DistractorTargets, make_distractors
 from siit.edges import EdgeLayout
-from siit.high_level import HighLevelModel, as_task, selection_rows
+from siit.high_level import HighLevelModel, as_task
 from siit.loudness import Loudness
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
@@ -65,6 +65,7 @@ class Setup:
     patch one by one and checks judge (TrainConfig.strict_edges), or None."""
     name: str = ""
     """The task's id (case.id)."""
+
     views: tuple[Setup, ...] = ()
     """A multi-task bundle's views (planted.multi_task), each task's rows with its own circuit: the
     criterion is met only when every view meets it too (siit.train_checks); a pooled check weighs a
@@ -101,10 +102,10 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
         raise ConfigError(f"case {task.case.id}: the high-level graph has no nodes to align")
     if tuple(high.nodes) != corr.high_nodes:
         raise ConfigError(f"case {task.case.id}: the correspondence names other high-level nodes than the model")
-    selects = selection_rows(len(corr.high_nodes))
+    selects = corr.selects()  # every node alone, then the joint interchanges (Correspondence.joint)
     train_set = make_dataset(task, high, config.n_train, seed=2 * config.seed + 1)
     val_set = make_dataset(task, high, config.n_val, seed=2 * config.seed + 2)
-    pairing = resolve_pairing(config.pairing, train_set, high, selects, corr.high_nodes, kind, config.seed)
+    pairing = resolve_pairing(config.pairing, train_set, high, selects, corr.interventions, kind, config.seed)
     causal = low_config["attention_dir"] == "causal"
     build = lambda data: Evaluator.build(  # noqa: E731
         data, high, corr, task_kind=kind, tolerance=config.regression_tolerance, pairing=pairing,

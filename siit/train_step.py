@@ -193,8 +193,8 @@ def _own_task_weights(s: Setup) -> torch.Tensor:
     view's own nodes, half on every node. Uniform draws put a task's node on a row of its own task one
     time in n_tasks, and only that draw trains its value (strictness is the rest): with seven tasks its
     interchanges from other tasks' rows plateaued at IIA 0.2-0.5."""
-    own = torch.tensor([[n in v.corr.mapping for n in s.corr.high_nodes] for v in s.views], dtype=torch.float32)
-    return 0.5 * own / own.sum(1, keepdim=True).clamp(min=1.0) + 0.5 / len(s.corr.high_nodes)
+    own = torch.tensor([[n in v.corr.mapping for n in s.corr.interventions] for v in s.views], dtype=torch.float32)
+    return 0.5 * own / own.sum(1, keepdim=True).clamp(min=1.0) + 0.5 / len(s.corr.interventions)
 
 
 def _strict_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator) -> torch.Tensor:

@@ -161,7 +161,7 @@ def _start(s: Setup, config: TrainConfig, checkpoint_dir: Path | None, resume: b
         run.adapt = AdaptState.from_json(meta["adaptation"])
         run.met = bool(run.history) and run.history[-1]["met_criterion"]
         run.metrics = run.history[-1]["metrics"] if run.history else None
-    run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
+    run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.interventions)
     run.edge_emphasis = _edge_emphasis(s, run.history)
     run.start = time.perf_counter()
     return run
@@ -177,7 +177,7 @@ def _loop(run: _Run, s: Setup, config: TrainConfig, task_kind: str, progress: Pr
                 if extended is None:
                     break
                 run.adapt = extended
-                run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
+                run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.interventions)
             run.optimizer.lr = adaptation.learning_rate(run.adapt, config, run.step)
             run.losses = train_step.run_step(run.trainee, run.optimizer, s, config, task_kind, run.step, run.emphasis,
                                              run.edge_emphasis)
@@ -208,7 +208,7 @@ def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
     run.metrics, run.met, checked = train_checks.check(run.trainee, s, config, lagging)
     if not run.met:
         run.adapt = adaptation.after_validation(run.adapt, config, run.step, run.metrics)
-        run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.high_nodes)
+        run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.interventions)
     run.history.append({"step": run.step, "epoch": round(run.step / config.steps_per_epoch, 3),
                         "lr": run.optimizer.lr, "losses": run.losses, "metrics": run.metrics,
                         "checked_on": checked, "met_criterion": run.met, "seconds": round(run.elapsed(), 3),

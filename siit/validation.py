@@ -27,6 +27,7 @@ import torch
 from eval.core.device import device_of, device_record
 from siit.effect_bounds import effect_bounds
 from siit.interventions import ablation_values, node_activations
+from siit.logit_shifts import logit_shifts
 from siit.losses import agree
 from siit.data import SHAPES
 from siit.metrics import Evaluator
@@ -52,6 +53,8 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None) -
     outside_rows = [r for r in node_rows if not r["in_circuit"]]
     shapes, lm = effects.shapes, data.label_mask
     bounds = {} if task is None else {"effect_bounds": effect_bounds(model, evaluator, task)}
+    if corr.joint:  # a redundant circuit: how far one copy moves the logits beside the copies together
+        bounds["logit_shifts"] = logit_shifts(model, evaluator, acts)
     return {
         "schema_version": 2,
         "n_sequences": len(data),

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from planted import family_members, get_planted
-from planted.failure_modes import FAMILIES, PLANTED, _sum
+from planted.failure_modes import COPIES, FAMILIES, PLANTED, _sum
 from rasp_programs.case import CaseError
+from siit.config import ArchConfig
 from siit.high_level import selection_rows
 from zoo.cli import main
 
@@ -71,6 +72,23 @@ def test_saturation_head_needs_a_content_match_with_an_earlier_token() -> None:
     assert ((moved != u) & labelled).any(dim=1).double().mean() > 0.3
     swapped = task.high_level().interchange(tokens, mask, _run("saturation", 1)[5], selection_rows(2)[0])
     assert torch.equal((swapped != out) & labelled, (_run("saturation", 1)[5][0] != u) & labelled)
+
+
+def test_redundant_copies_move_nothing_alone_and_every_differing_pair_together() -> None:
+    task, tokens, mask, labelled, out, values = _run("redundancy", 0)
+    _, _, _, _, src_out, src_values = _run("redundancy", 1)
+    model = task.high_level()
+    corr = task.correspondence(task.low_level_config(ArchConfig()), 0)
+    differs = (src_values[0] != values[0]) & labelled  # the counterfactual's x_1 differs
+    assert 0.75 < float(differs[labelled].double().mean()) < 0.85
+    for name, select in zip(corr.interventions, corr.selects()):
+        moved = (model.interchange(tokens, mask, src_values, select) != out) & labelled
+        if name in COPIES:  # one copy: the other two outvote it, on every pair
+            assert not moved.any(), name
+        elif "+" in name:  # two or three copies: exactly where x_1 differs
+            assert torch.equal(moved, differs), name
+    assert corr.interventions[4:] == ("a0.h0+a0.h1", "a0.h0+a0.h2", "a0.h1+a0.h2", "a0.h0+a0.h1+a0.h2")
+    assert corr.low_masks()[4:].sum(dim=(1, 2)).tolist() == [2, 2, 2, 3]  # each group's own low-level heads
 
 
 def test_families_name_their_models_and_predictions() -> None:

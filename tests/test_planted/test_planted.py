@@ -86,11 +86,15 @@ def test_every_planted_node_changes_the_output_under_some_interchange(name) -> N
     data = make_dataset(task, model, 512, seed=1)
     sources = pair_sources(data.lengths, torch.arange(len(data)), "source_not_shorter", step_generator(0, -2))
     n = len(model.nodes)
-    # a failure-mode model may hold nodes whose total effect is 0 by design (their edges matter:
-    # tests/test_planted/test_failure_modes.py); every other node changes the output
-    cancelling = list(FAMILIES.get(task.failure_mode or "", {}).get("cancelling", ()))
-    assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == cancelling
-    sizes = {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2}
+    # a failure-mode model may hold nodes whose interchange alone never changes the output by design
+    # (cancellation's carry, redundancy's copies: tests/test_planted/test_failure_modes.py); every
+    # other node, and every joint group, changes the output
+    inert_alone = list(FAMILIES.get(task.failure_mode or "", {}).get("inert_alone", ()))
+    assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == inert_alone
+    joint = ["+".join(g) for g in model.joint]
+    selects = torch.stack([torch.tensor([n in g for n in model.nodes]) for g in model.joint]) if joint else None
+    assert not joint or inert_high_nodes(data, model, selects, joint, sources, "classification") == []
+    sizes = {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2, "redundancy": 4}
     if task.bundle is not None:  # a multi-task view: its own task's nodes
         sizes[name] = len(task.bundle.parts[task.bundle.view_names.index(name)].placement)
     assert n == sizes.get(name, 5) and task.graph.nodes == model.nodes

@@ -38,7 +38,8 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
         "schema_version": 1,
         "met_criterion": result.met_criterion,
         "criterion": {"value": cfg.criterion, "metrics": list(cfg.judged_metrics),
-                      "rule": "accuracy, every high-level node's IIA and every SIIA (each non-aligned "
+                      "rule": "accuracy, every high-level node's IIA (and every joint group's, where the model "
+                              "has joint interchanges) and every SIIA (each non-aligned "
                               "node alone and all at once) >= value on the validation set"
                               + ("; with strict_edges also every non-circuit edge's SIIA (patched alone) >= "
                                  f"{cfg.edge_criterion}, and validation.json's edge_effects exact" if cfg.trains_edges else "")},

@@ -22,6 +22,7 @@ def describe(name: str) -> dict[str, Any]:
         "components": low["n_layers"] * (low["n_heads"] + 1),
         "graph": graph.to_json(),
         "family": task.failure_mode,
+        "joint_interchanges": ["+".join(group) for group in task.model.joint],
         "bundle": None if task.bundle is None else {
             "name": task.bundle.name, "views": list(task.bundle.view_names),
             "trained_on": "every task's rows: the views of a bundle share their weights (planted.multi_task)"},
@@ -77,6 +78,8 @@ def run_show_planted(args: argparse.Namespace) -> int:
         print(f"  {node:8s} {graph['labels'].get(node, '')}")
     print("  edges: " + ", ".join(f"{s}->{d}" for s, d in graph["edges"]))
     print(f"  correspondence: {info['correspondence_rule']}")
+    if info["joint_interchanges"]:
+        print(f"  joint interchanges (IIT draws and IIA judges each like a node): {', '.join(info['joint_interchanges'])}")
     if info["bundle"]:
         views = info["bundle"]["views"]
         print(f"multi-task bundle {info['bundle']['name']}: trained on the rows of all {len(views)} tasks, whose "

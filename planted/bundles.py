@@ -107,13 +107,17 @@ def _copy_part(key: str, prefix: str, component: str, fn, label: str, reference)
                 reference=reference, n_values=COPY_VALUES, description=f"{label}.")
 
 
+def _family_part(key: str, prefix: str, head: str, mlp: str) -> Part:
+    """A two-node failure-mode model (a head, then the MLP answering) as a bundle task."""
+    task = {"rare-feature": rare_feature, "saturation": saturation}[key]()
+    return Part(key=key, prefix=prefix, model=task.model, placement={"a0.h0": head, "m0": mlp},
+                reference=task.reference, n_values=task.model.n_values, description=task.case.description)
+
+
 def mt_2x4() -> Bundle:
-    rare, sat = rare_feature(), saturation()
     parts = (
-        Part(key="rare-feature", prefix="r", model=rare.model, placement={"a0.h0": "a0.h2", "m0": "m0"},
-             reference=rare.reference, n_values=8, description=rare.case.description),
-        Part(key="saturation", prefix="s", model=sat.model, placement={"a0.h0": "a0.h0", "m0": "m1"},
-             reference=sat.reference, n_values=5, description=sat.case.description),
+        _family_part("rare-feature", "r", "a0.h2", "m0"),
+        _family_part("saturation", "s", "a0.h0", "m1"),
         Part(key="lag2", prefix="l", model=_lag2_model(), placement={"a0.h0": "a0.h1", "a1.h0": "a1.h3"},
              reference=_copy_reference(-2, 3), n_values=COPY_VALUES,
              description="y_i = x_{i-2} (0 at positions 1 and 2), by two heads in series."),
@@ -128,12 +132,9 @@ def mt_2x4() -> Bundle:
 
 
 def mt_2x2() -> Bundle:
-    rare, sat = rare_feature(), saturation()
     parts = (
-        Part(key="rare-feature", prefix="r", model=rare.model, placement={"a0.h0": "a0.h0", "m0": "m0"},
-             reference=rare.reference, n_values=8, description=rare.case.description),
-        Part(key="saturation", prefix="s", model=sat.model, placement={"a0.h0": "a0.h1", "m0": "m1"},
-             reference=sat.reference, n_values=5, description=sat.case.description),
+        _family_part("rare-feature", "r", "a0.h0", "m0"),
+        _family_part("saturation", "s", "a0.h1", "m1"),
         _copy_part("first", "f", "a1.h0", _first, "y = x_1 from position 2 on (0 at 1)", _copy_reference(1, 2)),
         _copy_part("second", "n", "a1.h1", _second, "y = x_2 from position 3 on (0 before)", _copy_reference(2, 3)),
     )

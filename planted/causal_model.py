@@ -232,9 +232,9 @@ class PlantedTask:
     def correspondence(self, low_config: Mapping[str, Any], seed: int) -> Correspondence:
         if self.fixed_placement:
             low = NodeLayout(low_config["n_layers"], low_config["n_heads"])
-            return Correspondence(mapping={n: (n,) for n in self.graph.nodes}, high=self.layout, low=low,
-                                  joint=self.model.joint)
-        corr = make_correspondence(self.graph, self.high_layout, low_config, seed)
+            corr = Correspondence(mapping={n: (n,) for n in self.graph.nodes}, high=self.layout, low=low)
+        else:
+            corr = make_correspondence(self.graph, self.high_layout, low_config, seed)
         return dataclasses.replace(corr, joint=self.model.joint)
 
     def labels(self, seqs: list[tuple[Any, ...]]) -> torch.Tensor:

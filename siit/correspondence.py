@@ -119,11 +119,6 @@ class Correspondence:
         aligned = set(self.aligned)
         return tuple(n for n in self.low.nodes if n not in aligned)
 
-    def high_masks(self) -> torch.Tensor:
-        """bool [n_interventions, hl layers, hl heads + 1]: row i intervenes on the high-level
-        node(s) of intervention i."""
-        return torch.stack([self.high.mask(group) for group in self._groups()])
-
     def low_masks(self) -> torch.Tensor:
         """bool [n_interventions, ll layers, ll heads + 1]: row i intervenes on Π of intervention i's
         high-level node(s)."""

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from planted import get_planted, planted_names
 from planted.causal_bench import MAX_LEN, MIN_LEN, N_VALUES
 from planted.failure_modes import FAMILIES
+from siit.config import ArchConfig
 from siit.data import inert_high_nodes, make_dataset, pair_sources, step_generator
 from siit.high_level import HighLevelModel, HighLevelTask, selection_rows
 from zoo.cli import main
@@ -91,9 +92,9 @@ def test_every_planted_node_changes_the_output_under_some_interchange(name) -> N
     # other node, and every joint group, changes the output
     inert_alone = list(FAMILIES.get(task.failure_mode or "", {}).get("inert_alone", ()))
     assert inert_high_nodes(data, model, selection_rows(n), model.nodes, sources, "classification") == inert_alone
-    joint = ["+".join(g) for g in model.joint]
-    selects = torch.stack([torch.tensor([n in g for n in model.nodes]) for g in model.joint]) if joint else None
-    assert not joint or inert_high_nodes(data, model, selects, joint, sources, "classification") == []
+    corr = task.correspondence(task.low_level_config(ArchConfig()), 0)
+    joint = list(corr.interventions[n:])
+    assert not joint or inert_high_nodes(data, model, corr.selects()[n:], joint, sources, "classification") == []
     sizes = {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2, "redundancy": 4}
     if task.bundle is not None:  # a multi-task view: its own task's nodes
         sizes[name] = len(task.bundle.parts[task.bundle.view_names.index(name)].placement)

@@ -43,6 +43,8 @@ NodeFn = Callable[..., torch.Tensor]
 """fn(digits [N, T] long, real [N, T] bool, *parent values [N, T] long) -> values [N, T] long.
 `digits` are token ids minus the id of the first input value (input value k is digit k); BOS and
 PAD positions hold other numbers, which no labelled position may depend on."""
+KeyFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+"""keys(digits [N, T] long, real [N, T] bool) -> bool [N, query pos, key pos]: the keys a head attends to."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -59,10 +61,16 @@ class Node:
     """What it computes, for people reading the circuit."""
     reads_input: bool = False
     """Whether the graph has an edge input -> this node (fn may read the tokens)."""
+    saturated_on: KeyFn | None = None
+    """A head whose attention training saturates on these keys (siit.saturation): at every query
+    their scores exceed every other visible key's by a margin. A family's phenomenon (planted.
+    failure_modes' saturation), not part of the causal model: values and interchanges ignore it."""
 
     def __post_init__(self) -> None:
         if parse_node(self.name).kind not in ("head", "mlp"):
             raise ValueError(f"node {self.name!r}: a planted node is a head or an MLP")
+        if self.saturated_on is not None and parse_node(self.name).kind != "head":
+            raise ValueError(f"node {self.name!r}: only a head has attention to saturate")
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -129,6 +137,17 @@ class CausalModel:
                 out = torch.where(take.reshape(-1, 1) if take.dim() else take, source[i], out)
             values[node.name] = out
         return torch.stack([values[n.name] for n in self.node_list])  # [n_nodes, N, T]
+
+    @property
+    def saturated(self) -> tuple[str, ...]:
+        """The heads whose attention training saturates (Node.saturated_on)."""
+        return tuple(n.name for n in self.node_list if n.saturated_on is not None)
+
+    def attention_keys(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """bool [n_saturated, N, query pos, key pos]: the keys each saturated head attends to."""
+        digits = tokens - self.first_value_id
+        fns = [n.saturated_on for n in self.node_list if n.saturated_on is not None]
+        return torch.stack([fn(digits, mask.bool()) for fn in fns])
 
     def run(self, tokens: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         values = self._forward(tokens, mask, None, None)

@@ -40,8 +40,11 @@ saturation (family `saturation`; values 0-4):
     duplicate  a0.h0  u_i = 1 if x_i occurs among x_1 .. x_{i-1}, else 0
     answer     m0     y_i = (x_i + 3) mod 5 if u_i, else (x_i + 1) mod 5
 
-  The duplicate head must find a matching token by content: its query and key read the input, and a
-  sharp match saturates its softmax. Prediction (Kramár et al. 2024, AtP*, §3.1: attribution patching
+  The duplicate head must find a matching token by content: its query and key read the input.
+  Training saturates it (siit.saturation): at every query the scores of its earlier matches (or of
+  BOS, where x_i is new) exceed every other key's by a margin of 8, as a sharp match would; SIIT
+  alone trained a head that found the match with a soft pattern (q/k gradients as large as exact
+  patching's). Prediction (Kramár et al. 2024, AtP*, §3.1: attribution patching
   underestimates query and key edges of saturated attention, because the softmax's gradient vanishes
   where patching moves the pattern from one key to another): at q/k/v level, eap and
   gradient_attribution rank the head's q and k edges low while exact edge patching ranks them in;
@@ -197,11 +200,25 @@ def cancellation() -> PlantedTask:
 SATURATION_VALUES = 5
 
 
-def _duplicate(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+def _matches(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """bool [N, query, key]: earlier input positions holding the query's value (no BOS, no PAD)."""
     T = digits.shape[1]
     same = digits[:, :, None] == digits[:, None, :]  # [N, query, key]
     earlier = torch.ones(T, T, dtype=torch.bool).tril(-1) & (torch.arange(T) >= 1)[None, :]  # key < query, no BOS
-    return (same & earlier & real[:, None, :]).any(-1).long()
+    return same & earlier & real[:, None, :]
+
+
+def _duplicate(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _matches(digits, real).any(-1).long()
+
+
+def _duplicate_keys(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    """bool [N, query, key]: the duplicate head's keys, its earlier matches, or BOS where it has none
+    (the sink a real model's heads use for "nothing here")."""
+    matches = _matches(digits, real)
+    bos = torch.zeros_like(matches)
+    bos[..., 0] = True
+    return torch.where(matches.any(-1, keepdim=True), matches, bos)
 
 
 def _saturation_answer(digits: torch.Tensor, real: torch.Tensor, u: torch.Tensor) -> torch.Tensor:
@@ -215,7 +232,7 @@ def saturation_reference(seq: tuple[int, ...]) -> list[int]:
 
 def saturation() -> PlantedTask:
     nodes = (Node(name="a0.h0", parents=(), fn=_duplicate, reads_input=True,
-                  label="duplicate: u = 1 if x_i occurred before"),
+                  label="duplicate: u = 1 if x_i occurred before", saturated_on=_duplicate_keys),
              Node(name="m0", parents=("a0.h0",), fn=_saturation_answer, reads_input=True,
                   label="answer: y = x_i + 3 if u else x_i + 1 (mod 5)"))
     model = CausalModel(node_list=nodes, first_value_id=1, n_values=SATURATION_VALUES)

@@ -36,7 +36,7 @@ _EXPORTS = {
     "train": "siit.trainer",
     "Patch": "siit.transformer",
     "Transformer": "siit.transformer",
-    "init_weights": "siit.transformer",
+    "init_weights": "siit.initialise",
     "validate_model": "siit.validation",
     "effect_bounds": "siit.effect_bounds",
 }

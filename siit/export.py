@@ -10,6 +10,7 @@ import torch
 from eval.core.provenance import package_versions as _package_versions
 from siit.config import ArchConfig, TrainConfig
 from siit.correspondence import Correspondence, NodeLayout
+from siit.saturation import SATURATED
 from siit.trainer import TrainResult
 
 _PACKAGES = ("zoo", "torch", "numpy", "safetensors", "tracr-pypi", "transformer-lens")
@@ -32,17 +33,26 @@ def case_json(compiled: Any) -> dict[str, Any]:
     return dict(compiled.case.metadata(), encoding=compiled.encoding.to_json())
 
 
+def _criterion(result: TrainResult) -> dict[str, Any]:
+    """training.json's criterion: its value, the judged metrics and the rule in words."""
+    cfg = result.config
+    rule = ("accuracy, every high-level node's IIA (and every joint group's, where the model has joint "
+            "interchanges) and every SIIA (each non-aligned node alone and all at once) >= value on the validation set")
+    if cfg.trains_edges:
+        rule += (f"; with strict_edges also every non-circuit edge's SIIA (patched alone) >= {cfg.edge_criterion}, "
+                 "and validation.json's edge_effects exact")
+    if "saturated_min" in result.metrics:
+        rule += (f"; and each saturated head's fraction of queries at the score margin (saturated_min, "
+                 f"siit.saturation) >= {SATURATED}")
+    return {"value": cfg.criterion, "metrics": list(cfg.judged_metrics), "rule": rule}
+
+
 def training_json(result: TrainResult, *, command: list[str] | None = None) -> dict[str, Any]:
     cfg = result.config
     return {
         "schema_version": 1,
         "met_criterion": result.met_criterion,
-        "criterion": {"value": cfg.criterion, "metrics": list(cfg.judged_metrics),
-                      "rule": "accuracy, every high-level node's IIA (and every joint group's, where the model "
-                              "has joint interchanges) and every SIIA (each non-aligned "
-                              "node alone and all at once) >= value on the validation set"
-                              + ("; with strict_edges also every non-circuit edge's SIIA (patched alone) >= "
-                                 f"{cfg.edge_criterion}, and validation.json's edge_effects exact" if cfg.trains_edges else "")},
+        "criterion": _criterion(result),
         "config": cfg.to_json(),
         **({} if result.last_position_weight == 1.0 else {"loss": {
             "last_position_weight": result.last_position_weight,

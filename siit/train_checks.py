@@ -6,7 +6,8 @@ under bidirectional attention, every input shape (causal models compute the same
 The clean run's node activations serve both the metrics' interventions and the distractors' R².
 Once the nodes meet it, edge-level strictness adds the non-circuit edges: first those that lagged
 at the last check of every edge, and every edge only when none of those lags (only such a check
-can meet the criterion). Checks on a subset of the validation pairs were tried and dropped: adaptation (siit.adaptation) reads every check's
+can meet the criterion). A high-level model's saturated heads (siit.saturation) must reach their
+margin first. Checks on a subset of the validation pairs were tried and dropped: adaptation (siit.adaptation) reads every check's
 numbers, and subset numbers changed its decisions (case 3: 1850 steps instead of 1350).
 """
 
@@ -21,6 +22,7 @@ from siit.data import SHAPES
 from siit.distractors import r_squared, readout
 from siit.edges import EdgeLayout
 from siit.metrics import Evaluator, meets_criterion
+from siit.saturation import SATURATED, saturated_fraction
 from siit.train_setup import Setup, Trainee
 from siit.train_step import drawn_padded
 
@@ -38,6 +40,8 @@ def check(trainee: Trainee, s: Setup, config: TrainConfig,
         # criterion; from then on the lagging ones at every check (nodes judged on counterfactuals
         # of any length dip by a position now and then: case 3 measured its edges at 1 check in 8)
         floors = (config.criterion, config.distractor_r2, config.edge_criterion)
+        if metrics.get("saturated_min", 1.0) < SATURATED:  # cheap, so judged before the edges
+            return metrics, False, name
         if meets_criterion({**metrics, "edge_siia_min": 1.0}, judged, *floors) or lagging:
             metrics.update(_edges_in_two_steps(trainee, s, evaluator, config, lagging))
         if not meets_criterion(metrics, judged, *floors):
@@ -125,6 +129,10 @@ def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges:
     with torch.no_grad():  # [L, N, T, S, d]: the clean run, read by the metrics and the R²
         acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
     metrics = evaluator.evaluate(trainee.model, acts=acts)
+    if s.saturation is not None:  # a family's saturated heads (siit.saturation): part of the criterion
+        keys = s.high.attention_keys(d.tokens.cpu(), d.mask.cpu()).to(d.tokens.device)
+        hit = saturated_fraction(trainee.model, d.tokens, d.mask, acts, s.saturation, keys, d.present)[0]
+        metrics["saturated_min"] = round(float(hit.min()), 6)
     if edges:
         metrics.update(edge_metrics(trainee, s, evaluator, acts))
     targets = s.targets

@@ -27,6 +27,7 @@ from siit.edges import EdgeLayout
 from siit.high_level import HighLevelModel, as_task
 from siit.loudness import Loudness
 from siit.metrics import Evaluator
+from siit.saturation import Saturation
 from siit.transformer import Transformer
 
 
@@ -65,6 +66,9 @@ class Setup:
     patch one by one and checks judge (TrainConfig.strict_edges), or None."""
     name: str = ""
     """The task's id (case.id)."""
+    saturation: Saturation | None = None
+    """The heads the high-level model wants saturated and their keys on the training set
+    (siit.saturation: trained by the attention-margin loss), or None."""
 
     views: tuple[Setup, ...] = ()
     """A multi-task bundle's views (planted.multi_task), each task's rows with its own circuit: the
@@ -131,6 +135,7 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
                  source_weight=source_length_weights(train_set.lengths, pairing),
                  non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),
+                 saturation=Saturation.build(high, corr, train_set.tokens, train_set.mask),
                  views=tuple(prepare(v, dataclasses.replace(config, distractors=False), arch, device=device)
                              for v in (getattr(task, "view_tasks", None) or tuple)()))
 

@@ -27,6 +27,7 @@ from siit.edges import sample_edges
 from siit.losses import last_position_weights, output_loss
 from siit.loudness import shape_groups
 from siit.optim import Adam
+from siit.saturation import head_scores, margin_loss
 from siit.train_setup import Setup, Trainee
 from siit.transformer import Patch
 
@@ -95,8 +96,9 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
                 _to(last_position_weights(d.lengths[bases], tokens.shape[1], s.last_position_weight), dev))
     position_weight = {"iit": position, "strict": position, "behavior": None}
     # realism losses count every real position, BOS included, as eval.realism does
+    keys = None if s.saturation is None else s.saturation.keys[:, sources]  # [n_heads, B, T, T]
     src = tuple(_to(x, dev) for x in (d.tokens[sources], d.mask[sources], src_present, src_padded,
-                                      d.mask[sources].bool(), s.source_weight[d.lengths[sources]]))
+                                      d.mask[sources].bool(), s.source_weight[d.lengths[sources]], keys))
     out: dict[str, float] = {}
     groups = [parts] if config.scheme == "apph" else [[p] for p in parts]  # alg1: one update per loss
     for group in groups:
@@ -162,15 +164,17 @@ def _to(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
 
 def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.Tensor, mask: torch.Tensor,
                 present: torch.Tensor | None, padded: torch.Tensor | None, positions: torch.Tensor,
-                row_weight: torch.Tensor,
+                row_weight: torch.Tensor, keys: torch.Tensor | None,
                 out: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
-    """Node activations of the source run [L, B, T, S, d] (the patch values) and the realism losses
-    on them (distractors of out-of-circuit nodes, norm ceiling of circuit nodes).
+    """Node activations of the source run [L, B, T, S, d] (the patch values) and the losses on
+    them: realism (distractors of out-of-circuit nodes, norm ceiling of circuit nodes) and, where
+    the high-level model has saturated heads, their attention margin (siit.saturation; `keys`
+    bool [n_heads, B, T, T] their keys on these rows).
 
     With `source_gradient` the IIT/SIIT loss is differentiated through the source run too (the
     full gradient of LOSS(INTINV(M, b, s, V))): strictness can then make a non-aligned node itself
     input-independent, instead of only teaching the rest of the model to compensate for it."""
-    need_grad = config.source_gradient or s.targets is not None
+    need_grad = config.source_gradient or s.targets is not None or keys is not None
     with torch.set_grad_enabled(need_grad):
         acts = trainee.model(tokens, mask, return_acts=True, present=present)[1]
     aux = acts.new_zeros(())
@@ -185,6 +189,11 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         c_loss = norm_ceiling_loss(acts, s.circuit_slots, positions, config.circuit_norm_ceiling)
         out["distractor"], out["norm_ceiling"] = float(d_loss.detach()), float(c_loss.detach())
         aux = config.distractor_weight * d_loss + c_loss
+    if keys is not None:
+        scores = head_scores(trainee.model, tokens, mask, acts, s.saturation.slots, present)
+        sat = margin_loss(scores, keys, positions if present is None else positions & present)
+        out["saturation"] = float(sat.detach())
+        aux = aux + sat
     return (acts if config.source_gradient else acts.detach()), aux
 
 

@@ -40,7 +40,8 @@ from siit.metrics import Evaluator, meets_criterion
 from siit.optim import Adam
 from siit.reparametrize import rescale_heads
 from siit.train_setup import Setup, Trainee, prepare
-from siit.transformer import Transformer, init_weights
+from siit.initialise import init_weights
+from siit.transformer import Transformer
 
 __all__ = ["Progress", "TrainResult", "TrainingDiverged", "TrainingInterrupted", "prepare", "train"]
 
@@ -253,6 +254,8 @@ def _postfix(losses: dict[str, float], metrics: dict[str, Any] | None, budget: i
         out.update(acc=metrics["accuracy"], IIA=metrics["iia"], SIIA=metrics["siia_min"])
         if "distractor_r2_min" in metrics:
             out.update(R2=metrics["distractor_r2_min"])
+        if "saturated_min" in metrics:
+            out.update(saturated=metrics["saturated_min"])
     return out
 
 

@@ -193,18 +193,24 @@ class Transformer(nn.Module):
             out.append(x)
         return torch.stack(out)
 
-    def attention_patterns(self, tokens: torch.Tensor, attention_mask: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
-        """[n_layers, batch, n_heads, query pos, key pos]: the attention patterns of the run whose node
-        activations are `acts` (forward(..., return_acts=True)), as forward computes them."""
+    def attention_scores(self, tokens: torch.Tensor, attention_mask: torch.Tensor, acts: torch.Tensor,
+                         present: torch.Tensor | None = None) -> torch.Tensor:
+        """[n_layers, batch, n_heads, query pos, key pos]: the attention scores (q.k / sqrt(d_head), -inf
+        at keys a query cannot see) of the run whose node activations are `acts` (forward(...,
+        return_acts=True)), as forward computes them."""
         resid = self.residuals(tokens, attention_mask, acts)
-        allowed = self._allowed(attention_mask.bool(), None)
+        allowed = self._allowed(attention_mask.bool(), present)
         out = []
         for layer, block in enumerate(self.blocks):
             a = block.attn
             q = torch.einsum("btd,hdk->bhtk", resid[layer], a.W_Q) + a.b_Q[:, None]
             k = torch.einsum("btd,hdk->bhtk", resid[layer], a.W_K) + a.b_K[:, None]
-            out.append(self._pattern(q, k, allowed))
+            out.append(self._scores(q, k, allowed))
         return torch.stack(out)
+
+    def attention_patterns(self, tokens: torch.Tensor, attention_mask: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+        """attention_scores as patterns (a query with no visible key: zeros, as TL)."""
+        return torch.nan_to_num(_softmax(self.attention_scores(tokens, attention_mask, acts)), nan=0.0)
 
     def run_with_hooks(self, input: torch.Tensor, *, attention_mask: torch.Tensor | None = None,
                        fwd_hooks: Sequence[tuple[str, Callable[..., torch.Tensor]]] = (),
@@ -292,13 +298,14 @@ class Transformer(nn.Module):
 
     def _pattern(self, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         """Attention pattern [batch, H, query pos, key pos] from q, k [batch, H, pos, d_head]."""
-        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
-        if allowed is not None:
-            scores = scores.masked_fill(~allowed, float("-inf"))
-        pattern = _softmax(scores)
+        pattern = _softmax(self._scores(q, k, allowed))
         if allowed is not None:  # a query with no allowed key gives NaN; TL turns it into zeros
             pattern = torch.nan_to_num(pattern, nan=0.0)
         return pattern
+
+    def _scores(self, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
+        scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
+        return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
 
 
 class _Edges:
@@ -380,21 +387,3 @@ def _softmax(scores: torch.Tensor) -> torch.Tensor:
     key axes of these models (measured: 3.7 ms vs 0.7 ms on [768, 4, 6, 6])."""
     shifted = (scores - scores.amax(dim=-1, keepdim=True)).exp()
     return shifted / shifted.sum(dim=-1, keepdim=True)
-
-
-def init_weights(model: Transformer, generator: torch.Generator, *, output_scale: float = 1.0) -> None:
-    """Normal init with std 1/sqrt(fan_in), biases zero, seeded. `output_scale` multiplies the std
-    of the matrices that write into the residual stream (W_O, W_out): components then start close
-    to inert, which is what strictness asks of every non-aligned node."""
-    with torch.no_grad():
-        for name, param in model.named_parameters():
-            if name.rsplit(".", 1)[-1].startswith("b_"):
-                param.zero_()
-                continue
-            fan_in = param.shape[-2] if param.dim() >= 2 else param.shape[-1]
-            if name.endswith(("W_E", "W_pos")):
-                fan_in = param.shape[-1]
-            if name.endswith("W_O"):  # the heads' outputs are summed: fan-in is H * d_head
-                fan_in = param.shape[0] * param.shape[1]
-            scale = output_scale if name.endswith(("W_O", "W_out")) else 1.0
-            param.normal_(0.0, scale / math.sqrt(fan_in), generator=generator)

@@ -31,6 +31,7 @@ from siit.logit_shifts import logit_shifts
 from siit.losses import agree
 from siit.data import SHAPES
 from siit.metrics import Evaluator
+from siit.saturation import Saturation, saturation_report
 from siit.transformer import Transformer
 
 ABLATIONS = ("resample", "mean", "zero")
@@ -55,6 +56,10 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None) -
     bounds = {} if task is None else {"effect_bounds": effect_bounds(model, evaluator, task)}
     if corr.joint:  # a redundant circuit: how far one copy moves the logits beside the copies together
         bounds["logit_shifts"] = logit_shifts(model, evaluator, acts)
+    high = task.high_level() if hasattr(task, "high_level") else None
+    saturation = None if high is None else Saturation.build(high, corr, data.tokens, data.mask)
+    if saturation is not None:  # a family's saturated heads (siit.saturation): how sharp they are
+        bounds["saturation"] = saturation_report(model, data.tokens, data.mask, acts, saturation, data.present)
     return {
         "schema_version": 2,
         "n_sequences": len(data),

@@ -67,7 +67,8 @@ def random_model(layers: int, heads: int, seed: int = 0) -> Any:
     import torch
 
     from eval.core.tlens import build_hooked, hooked_config
-    from siit.transformer import Transformer, init_weights
+    from siit.initialise import init_weights
+    from siit.transformer import Transformer
 
     d_model = 8 * heads
     config = hooked_config(n_layers=layers, d_model=d_model, n_heads=heads, d_head=8, d_mlp=4 * d_model,

@@ -49,7 +49,8 @@ def measure(size: str, repeats: int) -> dict:
     from siit.config import ArchConfig, TrainConfig
     from siit.high_level import as_task
     from siit.trainer import prepare
-    from siit.transformer import Transformer, init_weights
+    from siit.initialise import init_weights
+    from siit.transformer import Transformer
 
     config = TrainConfig()
     s = prepare(as_task(get_planted(f"causal-bench-{size}")), config, ArchConfig())

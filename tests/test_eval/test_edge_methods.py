@@ -31,7 +31,8 @@ EDGE_KEYS = ("edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acd
 def tiny_model(*, layers: int = 2, heads: int = 2, causal: bool = True, seed: int = 0, zero: tuple[str, ...] = ()):
     """A random HookedTransformer (TransformerBridge on 4.x) with non-zero biases; `zero` names
     3.x-layout weights set to 0."""
-    from siit.transformer import Transformer, init_weights
+    from siit.initialise import init_weights
+    from siit.transformer import Transformer
 
     config = hooked_config(n_layers=layers, d_model=4 * heads, n_heads=heads, d_head=4, d_mlp=16, d_vocab=7,
                            d_vocab_out=5, n_ctx=6, causal=causal, act_fn="gelu")

@@ -33,7 +33,8 @@ def _config(causal: bool) -> dict:
 
 
 def _random_weights(causal: bool, seed: int) -> dict[str, torch.Tensor]:
-    from siit.transformer import Transformer, init_weights
+    from siit.initialise import init_weights
+    from siit.transformer import Transformer
 
     gen = torch.Generator().manual_seed(seed)
     model = Transformer(_config(causal))

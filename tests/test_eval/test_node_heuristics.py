@@ -18,7 +18,8 @@ from siit.correspondence import NodeLayout
 from siit.distractors import (Distractor, DistractorTargets, loudness, make_distractors, offsets_for_norm,
                               r_squared, raw_targets, readout, stratified)
 from siit.reparametrize import rescale_heads
-from siit.transformer import Transformer, init_weights
+from siit.initialise import init_weights
+from siit.transformer import Transformer
 
 
 def test_activation_stats_known_values() -> None:

@@ -14,7 +14,8 @@ from eval.core.proportion_bound import upper_bound
 from siit.config import TrainConfig
 from siit.effect_bounds import BOUND, BOUND_N, effect_bounds, stratified_sample
 from siit.train_setup import prepare
-from siit.transformer import Transformer, init_weights
+from siit.initialise import init_weights
+from siit.transformer import Transformer
 from siit.validation import validate_model
 
 SMALL = TrainConfig(n_train=256, n_val=128, batch_size=32)

@@ -10,7 +10,8 @@ import torch
 
 from eval.core.tlens import build_hooked, hooked_config
 from siit.data import SHAPES, Dataset, present_mask, random_shapes, with_shapes
-from siit.transformer import Transformer, init_weights
+from siit.initialise import init_weights
+from siit.transformer import Transformer
 
 N_CTX, PAD = 6, 6
 

@@ -17,7 +17,8 @@ from siit.config import ArchConfig, TrainConfig
 from siit.correspondence import Correspondence, NodeLayout
 from siit.logit_shifts import logit_shifts, relative_logit_shift
 from siit.train_setup import prepare
-from siit.transformer import Transformer, init_weights
+from siit.initialise import init_weights
+from siit.transformer import Transformer
 
 
 @settings(max_examples=40, deadline=None)

@@ -10,7 +10,8 @@ import torch
 from eval.core.looks import battery
 from eval.core.tlens import hooked_config
 from siit.look_inputs import look_inputs
-from siit.transformer import Patch, Transformer, init_weights
+from siit.initialise import init_weights
+from siit.transformer import Patch, Transformer
 
 
 def _model(causal: bool) -> Transformer:

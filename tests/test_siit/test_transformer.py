@@ -9,7 +9,8 @@ import torch
 
 from eval.patching.hooks import adapt
 from eval.core.tlens import build_hooked, hooked_config, state_dict_3x
-from siit.transformer import Patch, Transformer, init_weights
+from siit.initialise import init_weights
+from siit.transformer import Patch, Transformer
 
 
 def _random_model(causal: bool, act_fn: str, seed: int = 0):

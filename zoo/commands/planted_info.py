@@ -23,6 +23,7 @@ def describe(name: str) -> dict[str, Any]:
         "graph": graph.to_json(),
         "family": task.failure_mode,
         "joint_interchanges": ["+".join(group) for group in task.model.joint],
+        "saturated_heads": list(getattr(task.model, "saturated", ())),
         "bundle": None if task.bundle is None else {
             "name": task.bundle.name, "views": list(task.bundle.view_names),
             "trained_on": "every task's rows: the views of a bundle share their weights (planted.multi_task)"},
@@ -80,6 +81,9 @@ def run_show_planted(args: argparse.Namespace) -> int:
     print(f"  correspondence: {info['correspondence_rule']}")
     if info["joint_interchanges"]:
         print(f"  joint interchanges (IIT draws and IIA judges each like a node): {', '.join(info['joint_interchanges'])}")
+    if info["saturated_heads"]:
+        print(f"  saturated heads (trained to a score margin on their keys, siit.saturation): "
+              f"{', '.join(info['saturated_heads'])}")
     if info["bundle"]:
         views = info["bundle"]["views"]
         print(f"multi-task bundle {info['bundle']['name']}: trained on the rows of all {len(views)} tasks, whose "

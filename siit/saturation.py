@@ -1,0 +1,113 @@
+"""A high-level model's saturated heads (planted.failure_modes' saturation) -> the attention-margin
+loss that trains them saturated, and the measurement validation reports.
+
+AtP* (Kramar et al. 2024, section 3.1): attribution patching underestimates a query or key edge when
+the head's softmax is saturated, because the softmax's gradient vanishes where patching moves the
+pattern from one key to another. SIIT alone trains a head that finds the right key, not a sharp one
+(the first saturation entries scored q/k edges by EAP at -8 and -10 beside exact patching's +3). A
+head is saturated here when, at every query, the scores of the keys it must attend to exceed every
+other visible key's by MARGIN: each other key then holds at most e^-MARGIN of the mass per target
+key, and the softmax's gradient is as small. The loss is a hinge on that gap, so it stops once the gap
+is reached (an entropy penalty would push the scores towards infinity with a vanishing gradient).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import torch
+
+from siit.correspondence import Correspondence
+from siit.transformer import Transformer
+
+MARGIN = 8.0
+"""Score gap between the keys a saturated head attends to and every other visible key (e^-8: 3e-4)."""
+SATURATED = 0.99
+"""Fraction of a head's real queries at the margin that training's criterion needs
+(siit.train_checks): an entry of the family is saturated, not only correct."""
+
+
+@dataclasses.dataclass(frozen=True, kw_only=True)
+class Saturation:
+    """The saturated heads of a task and the keys they attend to on the training set."""
+
+    heads: tuple[str, ...]
+    """Low-level names of the saturated heads (the correspondence's images)."""
+    slots: tuple[tuple[int, int], ...]
+    """(layer, head) of each, in `heads` order."""
+    keys: torch.Tensor
+    """bool [n_heads, N_train, query pos, key pos]: the keys each head attends to, per training input."""
+
+    @staticmethod
+    def build(high: Any, corr: Correspondence, tokens: torch.Tensor, mask: torch.Tensor) -> Saturation | None:
+        """From a high-level model with saturated heads (planted.causal_model.CausalModel.saturated),
+        or None for any other (compiled cases, models without one)."""
+        names = getattr(high, "saturated", ())
+        if not names:
+            return None
+        heads = tuple(corr.mapping[n][0] for n in names)
+        return Saturation(heads=heads, slots=tuple(corr.low.slot(h) for h in heads),
+                          keys=high.attention_keys(tokens, mask))
+
+
+def head_scores(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
+                slots: tuple[tuple[int, int], ...], present: torch.Tensor | None = None) -> torch.Tensor:
+    """[n_heads, B, query pos, key pos]: the scores of the heads at `slots` in the run with node
+    activations `acts` (-inf at keys a query cannot see)."""
+    scores = model.attention_scores(tokens, mask, acts, present)  # [L, B, H, T, T]
+    return torch.stack([scores[layer, :, head] for layer, head in slots])
+
+
+def gaps(scores: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """(float [n, B, T] the lowest target key's score minus the highest other visible key's, bool
+    [n, B, T] the queries where both exist) from scores [n, B, T, T] (-inf: hidden) and keys."""
+    visible = torch.isfinite(scores)
+    target = keys & visible
+    low = scores.masked_fill(~target, float("inf")).amin(-1)
+    high = scores.masked_fill(target | ~visible, float("-inf")).amax(-1)
+    counted = target.any(-1) & (visible & ~target).any(-1)
+    return torch.where(counted, low - high.clamp(min=-1e9), torch.zeros_like(low)), counted
+
+
+def margin_loss(scores: torch.Tensor, keys: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
+    """Mean hinge max(0, MARGIN - gap) over the counted queries of rows' real positions;
+    query_mask bool [B, T] (the positions whose query counts)."""
+    gap, counted = gaps(scores, keys)
+    counted = counted & query_mask[None]
+    if not bool(counted.any()):
+        return scores.new_zeros(())
+    return torch.relu(MARGIN - gap[counted]).mean()
+
+
+def saturated_fraction(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
+                       saturation: Saturation, keys: torch.Tensor,
+                       present: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """On these inputs (keys bool [n_heads, B, T, T] the heads' keys on them): float [n_heads] the
+    fraction of each head's real queries whose gap reaches MARGIN, then the gaps [n_heads, B, T],
+    the counted queries bool [n_heads, B, T] and the scores [n_heads, B, T, T]."""
+    with torch.no_grad():
+        scores = head_scores(model, tokens, mask, acts, saturation.slots, present)
+        gap, counted = gaps(scores, keys)
+        counted = counted & (mask.bool() if present is None else mask.bool() & present)[None]
+        hit = ((gap >= MARGIN) & counted).sum((1, 2)) / counted.sum((1, 2)).clamp(min=1)
+    return hit, gap, counted, scores
+
+
+def saturation_report(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
+                      saturation: Saturation, present: torch.Tensor | None = None) -> list[dict[str, Any]]:
+    """Per saturated head on these inputs (`saturation.keys` built on them): the gap's minimum and
+    median over real queries, the fraction at or above MARGIN, and the largest softmax mass outside
+    the head's keys."""
+    hit, gap, counted, scores = saturated_fraction(model, tokens, mask, acts, saturation, saturation.keys, present)
+    with torch.no_grad():
+        keys = saturation.keys & torch.isfinite(scores)
+        outside = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0).masked_fill(keys, 0.0).sum(-1)
+    rows = []
+    for i, head in enumerate(saturation.heads):
+        g = gap[i][counted[i]]
+        rows.append({"head": head, "margin": MARGIN, "queries": int(g.numel()),
+                     "min_gap": round(float(g.min()), 3), "median_gap": round(float(g.median()), 3),
+                     "saturated": round(float(hit[i]), 4), "criterion": SATURATED,
+                     "max_mass_outside": float(outside[i][counted[i]].max())})
+    return rows

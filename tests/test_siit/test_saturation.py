@@ -1,0 +1,80 @@
+"""siit.saturation: the attention-margin loss that trains a family's saturated heads, on hand-set
+scores where the gap is known, and the saturation family's keys against its duplicate node."""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from planted import get_planted
+from planted.failure_modes import _duplicate, _duplicate_keys
+from siit.saturation import MARGIN, gaps, margin_loss
+
+INF = float("inf")
+
+
+def test_gap_is_lowest_key_minus_highest_other_visible_key():
+    scores = torch.tensor([[[[0.0, 10.0, 2.0, -INF],    # key 1 over key 2: 8; the hidden key does not count
+                             [5.0, 4.0, 9.0, 1.0],      # keys 0 and 2: min 5 over max(4, 1) = 1
+                             [3.0, -INF, -INF, -INF],   # one visible key: nothing to separate
+                             [1.0, 2.0, 3.0, 4.0]]]])   # no key of the head visible... all are others
+    keys = torch.tensor([[[[False, True, False, True],
+                           [True, False, True, False],
+                           [True, False, False, False],
+                           [False, False, False, False]]]])
+    gap, counted = gaps(scores, keys)
+    assert counted.tolist() == [[[True, True, False, False]]]
+    assert gap[0, 0, :2].tolist() == [8.0, 1.0]
+
+
+def test_margin_loss_is_zero_exactly_when_every_counted_gap_reaches_the_margin():
+    keys = torch.tensor([[[[True, False, False]]]])
+    wide = torch.tensor([[[[MARGIN + 1.0, 0.5, 1.0]]]])
+    narrow = torch.tensor([[[[2.0, 0.5, 1.0]]]], requires_grad=True)
+    query = torch.ones(1, 1, dtype=torch.bool)
+    assert float(margin_loss(wide, keys, query)) == 0.0
+    loss = margin_loss(narrow, keys, query)
+    assert math.isclose(float(loss.detach()), MARGIN - 1.0)
+    loss.backward()  # raises the key's score, lowers the highest other's
+    assert narrow.grad.tolist() == [[[[-1.0, 0.0, 1.0]]]]
+
+
+def test_margin_loss_ignores_uncounted_queries_without_nan_gradients():
+    scores = torch.tensor([[[[1.0, -INF, -INF], [2.0, 0.0, -INF], [1.0, 0.0, 0.5]]]], requires_grad=True)
+    # query 0 sees one key, query 1 has none of the head's keys, query 2 counts
+    keys = torch.tensor([[[[True, False, False], [False, False, False], [True, False, False]]]])
+    loss = margin_loss(scores, keys, torch.ones(1, 3, dtype=torch.bool))
+    loss.backward()
+    assert math.isclose(float(loss.detach()), MARGIN - 0.5)
+    assert not torch.isnan(scores.grad).any()
+    assert scores.grad[0, 0, :2].abs().sum() == 0  # the uncounted queries take no gradient
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 10_000), shift=st.floats(-50, 50))
+def test_gaps_ignore_a_shift_every_key_of_a_query_shares(seed, shift):
+    """The softmax is invariant to a per-query shift, and so is saturation."""
+    g = torch.Generator().manual_seed(seed)
+    scores = torch.randn(2, 3, 5, 5, generator=g, dtype=torch.float64) * 5
+    keys = torch.rand(2, 3, 5, 5, generator=g) < 0.3
+    a, ca = gaps(scores, keys)
+    b, cb = gaps(scores + shift, keys)
+    assert torch.equal(ca, cb)
+    assert torch.allclose(a[ca], b[cb], atol=1e-9)
+
+
+def test_duplicate_keys_are_the_matches_where_the_node_fires_and_bos_elsewhere():
+    task = get_planted("saturation")
+    tokens, mask = task.encoding.encode(task.case.sample(500, 3))
+    digits, real = tokens - task.model.first_value_id, mask.bool()
+    keys, fired = _duplicate_keys(digits, real), _duplicate(digits, real).bool()
+    assert keys.any(-1).all()  # every query has a key to attend to
+    assert torch.equal(keys[..., 1:].any(-1), fired)
+    assert torch.equal(keys[..., 0], ~fired)
+    same = digits[:, :, None] == digits[:, None, :]
+    assert not (keys[..., 1:] & ~same[..., 1:]).any()  # a key of a firing query holds the query's value
+    assert torch.equal(task.model.attention_keys(tokens, mask)[0], keys)
+    assert task.model.saturated == ("a0.h0",)

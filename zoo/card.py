@@ -23,6 +23,7 @@ import yaml
 from zoo.card_looks import battery_text
 from zoo.card_tasks import tasks_text
 from zoo.hub_metadata import cell, scalar_fields, validation_figures
+from zoo.train_summary import saturation_line
 
 LICENSE = "apache-2.0"
 TAGS = ["mechanistic-interpretability", "circuits", "ground-truth-circuit", "tracr", "rasp",
@@ -89,6 +90,7 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
     sentence = bound_sentence(validation.get("effect_bounds"))
     lines += ["", f"Out-of-circuit bound on a fresh sample: {sentence}."] if sentence else []
     lines += _edge_lines(validation.get("edge_effects"))
+    lines += [f"\nTrained {saturation_line(r)} (siit.saturation)." for r in validation.get("saturation") or ()]
     return "\n".join(lines)
 
 

@@ -277,4 +277,5 @@ def entry_summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[
         "variance_floor_ratio": validation["realism"]["variance_floor_ratio"],
         "looks": {k: (validation["realism"].get("battery") or {}).get(k) for k in (
             "max_separation", "median_separation", "max_separation_apart", "over_bound", "met")},
+        **({"saturation": validation["saturation"]} if "saturation" in validation else {}),
     }

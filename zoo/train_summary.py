@@ -39,3 +39,10 @@ def format_table(rows: list[dict[str, Any]]) -> str:
                      f"{f(r['max_out_of_circuit_effect'], '.4f'):>7}"
                      + (f"  {r['error']}" if r.get("error") else ""))
     return "\n".join(lines)
+
+
+def saturation_line(row: dict[str, Any]) -> str:
+    """One saturated head of validation.json's `saturation` (siit.saturation) in words, for the CLI and the card."""
+    return (f"saturated head {row['head']}: {row['saturated']:.1%} of queries at score margin {row['margin']:g} "
+            f"(min {row['min_gap']:.2f}, median {row['median_gap']:.2f}); largest attention mass off its keys "
+            f"{row['max_mass_outside']:.4f}")

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--planted", action="append", default=[], metavar="NAMES",
                    help="planted entries by name, comma-separated (folders planted-NAME under the root's entries)")
     p.add_argument("--family", action="append", default=[], metavar="NAME",
-                   help="the planted entries of a failure-mode family (rare-feature, cancellation, saturation; all: every "
+                   help="the planted entries of a failure-mode family (rare-feature, cancellation, saturation, redundancy; all: every "
                    "family; `zoo list planted --family NAME`), added to --planted (repeatable)")
     p.add_argument("--method", action="append", default=[], metavar="NAME",
                    help="method (repeatable or comma-separated): a built-in key or package.module:function; "

@@ -284,6 +284,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     print(f"  ... at any one input length ({min(by_length, key=int)}-{max(by_length, key=int)}): "
           f"resample {worst['resample']:.4f}, mean {worst['mean']:.4f} (validation set)")
     from zoo.card import bound_sentence
+    from zoo.train_summary import saturation_line
 
     if sentence := bound_sentence(s.get("effect_bounds"), markdown=False):
         print(f"  out-of-circuit bound: {sentence}")
@@ -295,6 +296,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         print(f"  edge-level ground truth: {verdict}: largest non-circuit edge effect "
               f"{edges['max_out_of_circuit_edge_effect']:.4f}{f' ({w})' if (w := edges['worst_edge']) else ''}, "
               f"bound {edges['bound']}")
+    for row in s.get("saturation") or ():  # a family's saturated heads (siit.saturation)
+        print(f"  {saturation_line(row)}")
     sep = s["heuristic_separation"]
     r2 = f", distractor R² min {s['distractor_r2_min']:.3f}" if s["distractor_r2_min"] is not None else ""
     print(f"  circuit vs activation/weight size (separation, 0.5 = no better than chance): output norm "

@@ -41,7 +41,8 @@ def run_validate(args: argparse.Namespace) -> int:
            "effect_bounds": {k: v for k, v in (validation.get("effect_bounds") or {}).items()
                              if k not in ("definition", "by_length")},
            "edge_effects": {k: v for k, v in validation["edge_effects"].items() if k != "definition"},
-           "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}}
+           "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},
+           **({"saturation": validation["saturation"]} if "saturation" in validation else {})}
     if args.json:
         print(json.dumps(out, indent=1))
     else:
@@ -55,6 +56,7 @@ def run_validate(args: argparse.Namespace) -> int:
             f"{n}: {v['resample']:.3f}/{v['mean']:.3f}" for n, v in validation["max_out_of_circuit_effect_by_length"].items())
             + " (resample/mean)")
         from zoo.card import bound_sentence
+        from zoo.train_summary import saturation_line
 
         if sentence := bound_sentence(validation.get("effect_bounds"), markdown=False):
             print(f"  out-of-circuit bound: {sentence}")
@@ -65,6 +67,8 @@ def run_validate(args: argparse.Namespace) -> int:
             print(f"  edge-level ground truth: {'exact' if edges['exact'] else 'NOT exact'}: largest non-circuit "
                   f"edge effect {edges['max_out_of_circuit_edge_effect']:.3f}{f' ({w})' if (w := edges['worst_edge']) else ''}, "
                   f"{len(edges['out_of_circuit_edges_above_bound'])} edge(s) above {edges['bound']}")
+        for row in validation.get("saturation") or ():  # a family's saturated heads (siit.saturation)
+            print(f"  {saturation_line(row)}")
         sep = {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}
         print(f"  circuit vs size (separation, 0.5 = chance): output norm {sep['output_norm']:.2f}, "
               f"output variance {sep['output_variance']:.2f}, weight norm {sep['weight_norm']:.2f}")

@@ -200,12 +200,18 @@ class PlantedTask:
     view_tasks: Callable[[], tuple[Any, ...]] | None = None
     """A multi-task bundle's training task: its views, each judged during training on its own rows
     (siit.train_setup.Setup.views); None for every other task."""
+    logit_template: float | None = None
+    """Train the logits to a template instead of cross-entropy (siit.losses.template_loss, this margin):
+    every logit is then a function of the answer, so what leaves the answer alone leaves the logits
+    alone. None: cross-entropy."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:
             raise ValueError(f"{self.case.id}: last_position_weight must be positive, got {self.last_position_weight}")
         if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"{self.case.id}: lr must be a positive number, got {self.lr}")
+        if self.logit_template is not None and not (self.logit_template > 0 and math.isfinite(self.logit_template)):
+            raise ValueError(f"{self.case.id}: logit_template must be a positive number, got {self.logit_template}")
         for node in self.model.nodes:
             parsed = parse_node(node)
             if parsed.layer >= self.n_layers or (parsed.kind == "head" and parsed.head >= self.n_heads):

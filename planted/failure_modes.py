@@ -60,7 +60,10 @@ redundancy (family `redundancy`; values 0-4):
   changes the output (the other two outvote it; validation lists each as an inert circuit node),
   interchanging any two changes it whenever the counterfactual's x_1 differs (80% of pairs). SIIT
   trains this with joint interchanges (CausalModel.joint: each pair and all three, drawn and judged
-  like nodes). Prediction (Wang et al. 2023 on IOI's backup name movers; McGrath et al. 2023, "The
+  like nodes), and the logits to a template of the answer instead of cross-entropy
+  (PlantedTask.logit_template): with cross-entropy m0 summed the votes, and one copy moved the
+  answer's logit by 44% of two copies' without changing the answer, so the backup was redundant for
+  the answer but not for the logits methods read; with the template one copy moves it by about 4%. Prediction (Wang et al. 2023 on IOI's backup name movers; McGrath et al. 2023, "The
   Hydra effect"; Conmy et al. 2023 §4 on ACDC's greedy order): methods that score one component or
   edge at a time against the full model (activation_patching, ablation_scan, edge_patching, eap,
   eap_ig_*, gradient_attribution) see no copy matter; methods that remove components cumulatively
@@ -122,12 +125,14 @@ def _case(name: str, values: tuple[int, ...], description: str) -> Case:
                 notes=f"Failure-mode family planted model (planted.failure_modes); see `zoo show planted {name}`.")
 
 
-def _task(name: str, values: tuple[int, ...], description: str, model: CausalModel, reference: Any) -> PlantedTask:
+def _task(name: str, values: tuple[int, ...], description: str, model: CausalModel, reference: Any,
+          logit_template: float | None = None) -> PlantedTask:
     encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=tuple(range(model.n_values)),
                         max_seq_len=MAX_LEN, task_kind="classification")
     # edge-level strictness by default: a family's edge labels are what its methods are judged on
     return PlantedTask(case=_case(name, values, description), encoding=encoding, model=model, n_layers=2,
-                       n_heads=4, reference=reference, failure_mode=name, strict_edges=True)
+                       n_heads=4, reference=reference, failure_mode=name, strict_edges=True,
+                       logit_template=logit_template)
 
 
 # rare-feature ---------------------------------------------------------------------------------
@@ -245,6 +250,9 @@ def saturation() -> PlantedTask:
 # redundancy -----------------------------------------------------------------------------------
 
 REDUNDANT_VALUES = 5
+REDUNDANT_TEMPLATE = 5.0
+"""redundancy's logits are trained to a template of this margin (PlantedTask.logit_template): with
+cross-entropy one copy moved the answer's logit by 44% of two copies' without changing the answer."""
 
 
 def _copy_first(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -278,7 +286,7 @@ def redundancy() -> PlantedTask:
     return _task("redundancy", tuple(range(REDUNDANT_VALUES)),
                  "Redundancy: y_i = (x_i + x_1) mod 5, x_1 carried by three heads and read by majority: "
                  "interchanging one copy never changes the output, any two change it whenever the "
-                 "counterfactual's x_1 differs.", model, redundant_reference)
+                 "counterfactual's x_1 differs.", model, redundant_reference, logit_template=REDUNDANT_TEMPLATE)
 
 
 PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation, "saturation": saturation,

@@ -47,6 +47,21 @@ def _criterion(result: TrainResult) -> dict[str, Any]:
     return {"value": cfg.criterion, "metrics": list(cfg.judged_metrics), "rule": rule}
 
 
+def _loss(result: TrainResult) -> dict[str, Any]:
+    """training.json's `loss`, where the task departs from plain cross-entropy (empty otherwise)."""
+    loss: dict[str, Any] = {}
+    if result.last_position_weight != 1.0:
+        loss.update(last_position_weight=result.last_position_weight,
+                    rule="the IIT and SIIT losses are weighted means over label positions, the last input "
+                         "position (the answer) weighted this much, every other position 1 (the task's choice)")
+    if result.logit_template is not None:
+        loss.update(logit_template=result.logit_template,
+                    template_rule="the IIT, SIIT and behaviour losses are the mean square distance of the centred "
+                                  "logits from logit_template x (one-hot of the target class - 1/V) (siit.losses."
+                                  "template_loss), not cross-entropy: every logit is a function of the answer")
+    return {"loss": loss} if loss else {}
+
+
 def training_json(result: TrainResult, *, command: list[str] | None = None) -> dict[str, Any]:
     cfg = result.config
     return {
@@ -54,10 +69,7 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
         "met_criterion": result.met_criterion,
         "criterion": _criterion(result),
         "config": cfg.to_json(),
-        **({} if result.last_position_weight == 1.0 else {"loss": {
-            "last_position_weight": result.last_position_weight,
-            "rule": "the IIT and SIIT losses are weighted means over label positions, the last input "
-                    "position (the answer) weighted this much, every other position 1 (the task's choice)"}}),
+        **_loss(result),
         "arch": {"overrides": _arch_json(result.arch), "low_level_config": result.low_config},
         "seeds": {"seed": cfg.seed, "train_data": 2 * cfg.seed + 1, "validation_data": 2 * cfg.seed + 2,
                   "correspondence": result.case_seed, "distractors": result.case_seed,

@@ -32,6 +32,22 @@ def output_loss(logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.T
     return (each * w).sum() / w.sum()
 
 
+def template_loss(logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor, margin: float,
+                  weight: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean square distance of the centred logits [B, T, V] from the answer's template at labelled
+    positions: margin x (one-hot of the target class - 1/V). Unlike cross-entropy, which only ranks
+    the answer first, it pins every logit, so an intervention that leaves the answer alone must leave
+    the logits alone too (the logit-level ground truth methods read)."""
+    V = logits.shape[-1]
+    centred = logits - logits.mean(-1, keepdim=True)
+    target = margin * (F.one_hot(targets, V).to(logits.dtype) - 1.0 / V)
+    each = (centred - target).pow(2).mean(-1)[label_mask]
+    if weight is None:
+        return each.mean()
+    w = weight[label_mask]
+    return (each * w).sum() / w.sum()
+
+
 def last_position_weights(lengths: torch.Tensor, n_ctx: int, last: float) -> torch.Tensor:
     """float [N, n_ctx]: `last` at each row's last input position (index = its length, BOS at 0),
     1 elsewhere: InterpBench's IOI up-weights the answer token's IIT and SIIT losses x10."""

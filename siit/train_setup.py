@@ -66,6 +66,8 @@ class Setup:
     patch one by one and checks judge (TrainConfig.strict_edges), or None."""
     name: str = ""
     """The task's id (case.id)."""
+    logit_template: float | None = None
+    """The task's logit template margin (siit.losses.template_loss replaces cross-entropy), or None."""
     saturation: Saturation | None = None
     """The heads the high-level model wants saturated and their keys on the training set
     (siit.saturation: trained by the attention-margin loss), or None."""
@@ -136,6 +138,7 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
                  source_weight=source_length_weights(train_set.lengths, pairing),
                  non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),
                  saturation=Saturation.build(high, corr, train_set.tokens, train_set.mask),
+                 logit_template=getattr(task, "logit_template", None),
                  views=tuple(prepare(v, dataclasses.replace(config, distractors=False), arch, device=device)
                              for v in (getattr(task, "view_tasks", None) or tuple)()))
 

@@ -24,7 +24,7 @@ from siit.data import (
 )
 from siit.distractors import distractor_loss, norm_ceiling_loss, readout
 from siit.edges import sample_edges
-from siit.losses import last_position_weights, output_loss
+from siit.losses import last_position_weights, output_loss, template_loss
 from siit.loudness import shape_groups
 from siit.optim import Adam
 from siit.saturation import head_scores, margin_loss
@@ -109,8 +109,7 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         logits, _ = model(tokens.repeat(k, 1), mask.repeat(k, 1), patch, present=rows_present)
         total = aux
         for i, part in enumerate(group):
-            loss = output_loss(logits[i * B : (i + 1) * B], targets[part], lm, task,
-                               position_weight[part]) * weights[part]
+            loss = _loss(s, logits[i * B : (i + 1) * B], targets[part], lm, task, position_weight[part]) * weights[part]
             out[part] = float(loss.detach())
             total = total + loss
         optimizer.zero_grad()
@@ -118,6 +117,14 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         optimizer.step()
     out["total"] = sum(v for key, v in out.items() if key != "total")
     return out
+
+
+def _loss(s: Setup, logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor, task: str,
+          weight: torch.Tensor | None) -> torch.Tensor:
+    """One part's loss: cross-entropy (or MSE), or the task's logit template (siit.losses.template_loss)."""
+    if s.logit_template is None:
+        return output_loss(logits, targets, label_mask, task, weight)
+    return template_loss(logits, targets, label_mask, s.logit_template, weight)
 
 
 def _strictness_draws(s: Setup, batch: int, gen: torch.Generator, emphasis: torch.Tensor | None,

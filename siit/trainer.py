@@ -90,6 +90,8 @@ class TrainResult:
     """What training changed when progress stalled (siit.adaptation), and the final budget."""
     last_position_weight: float = 1.0
     """Weight of the last input position in the IIT and SIIT losses (the task's; 1: none)."""
+    logit_template: float | None = None
+    """The task's logit template margin (siit.losses.template_loss instead of cross-entropy), or None."""
     device: DeviceRecord | None = None
     """Where it trained (device, its name, dtype, torch threads): float results differ by device."""
 
@@ -244,7 +246,8 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
         resumed_from_step=run.resumed_from, evaluator=s.final_evaluator,
         train_val_overlap=sum(q in train_seqs for q in val) / len(val), distractors=distractors,
         head_scales=head_scales, case_seed=s.case_seed, adaptation=run.adapt,
-        last_position_weight=s.last_position_weight, device=device_record(s.device),
+        last_position_weight=s.last_position_weight, logit_template=s.logit_template,
+        device=device_record(s.device),
     )
 
 

@@ -83,3 +83,22 @@ def test_validation_reports_each_interventions_logit_shift() -> None:
     # no joint groups: nothing grouped
     plain = dataclasses.replace(s.evaluator, correspondence=dataclasses.replace(s.corr, joint=()))
     assert logit_shifts(model, plain, acts)["grouped"] is None
+
+
+@settings(max_examples=50, deadline=None)
+@given(seed=st.integers(0, 10_000), shift=st.floats(-100, 100), margin=st.floats(0.5, 20))
+def test_template_loss_is_zero_on_the_template_and_blind_to_a_shared_shift(seed, shift, margin):
+    """siit.losses.template_loss pins the centred logits: zero exactly on margin x (one-hot - 1/V), the
+    same for logits every class shifts alike, and positive elsewhere."""
+    from siit.losses import template_loss
+
+    g = torch.Generator().manual_seed(seed)
+    targets = torch.randint(0, 5, (3, 4), generator=g)
+    mask = torch.rand(3, 4, generator=g) < 0.8
+    mask[0, 0] = True
+    template = margin * (torch.nn.functional.one_hot(targets, 5).double() - 0.2)
+    assert float(template_loss(template + shift, targets, mask, margin)) < 1e-9
+    noisy = template + torch.randn(3, 4, 5, generator=g, dtype=torch.float64)
+    loss = float(template_loss(noisy, targets, mask, margin))
+    assert loss > 0
+    assert abs(float(template_loss(noisy + shift, targets, mask, margin)) - loss) < 1e-6 * max(1.0, loss)

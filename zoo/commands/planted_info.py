@@ -24,6 +24,7 @@ def describe(name: str) -> dict[str, Any]:
         "family": task.failure_mode,
         "joint_interchanges": ["+".join(group) for group in task.model.joint],
         "saturated_heads": list(getattr(task.model, "saturated", ())),
+        "logit_template": task.logit_template,
         "bundle": None if task.bundle is None else {
             "name": task.bundle.name, "views": list(task.bundle.view_names),
             "trained_on": "every task's rows: the views of a bundle share their weights (planted.multi_task)"},
@@ -81,6 +82,8 @@ def run_show_planted(args: argparse.Namespace) -> int:
     print(f"  correspondence: {info['correspondence_rule']}")
     if info["joint_interchanges"]:
         print(f"  joint interchanges (IIT draws and IIA judges each like a node): {', '.join(info['joint_interchanges'])}")
+    if info["logit_template"] is not None:
+        print(f"  logits trained to a template of the answer, margin {info['logit_template']:g} (siit.losses.template_loss)")
     if info["saturated_heads"]:
         print(f"  saturated heads (trained to a score margin on their keys, siit.saturation): "
               f"{', '.join(info['saturated_heads'])}")

@@ -63,8 +63,9 @@ redundancy (family `redundancy`; values 0-4):
   like nodes), and the logits to a template of the answer instead of cross-entropy
   (PlantedTask.logit_template): with cross-entropy m0 summed the votes, and one copy moved the
   answer's logit by 44% of two copies' without changing the answer, so the backup was redundant for
-  the answer but not for the logits methods read; with the template one copy moves it by about 4%. Prediction (Wang et al. 2023 on IOI's backup name movers; McGrath et al. 2023, "The
-  Hydra effect"; Conmy et al. 2023 §4 on ACDC's greedy order): methods that score one component or
+  the answer but not for the logits methods read; with the template one copy moves it by about 4%.
+  Prediction (Wang et al. 2023 on IOI's backup name movers; McGrath et al. 2023, "The Hydra
+  effect"; Conmy et al. 2023 §4 on ACDC's greedy order): methods that score one component or
   edge at a time against the full model (activation_patching, ablation_scan, edge_patching, eap,
   eap_ig_*, gradient_attribution) see no copy matter; methods that remove components cumulatively
   (acdc: once one copy's edge is pruned the other two become necessary) or optimise a mask jointly

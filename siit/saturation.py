@@ -37,7 +37,8 @@ class Saturation:
     slots: tuple[tuple[int, int], ...]
     """(layer, head) of each, in `heads` order."""
     keys: torch.Tensor
-    """bool [n_heads, N_train, query pos, key pos]: the keys each head attends to, per training input."""
+    """bool [n_heads, N, query pos, key pos]: the keys each head attends to, per input it was built on
+    (training's: the training set; validation's: the validation set)."""
 
     @staticmethod
     def build(high: Any, corr: Correspondence, tokens: torch.Tensor, mask: torch.Tensor) -> Saturation | None:

@@ -28,8 +28,7 @@ def output_loss(logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.T
         each = F.cross_entropy(logits[label_mask], targets[label_mask], reduction="none")
     else:
         each = F.mse_loss(logits[..., 0][label_mask], targets[label_mask], reduction="none")
-    w = weight[label_mask]
-    return (each * w).sum() / w.sum()
+    return _weighted_mean(each, weight[label_mask])
 
 
 def template_loss(logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor, margin: float,
@@ -42,9 +41,11 @@ def template_loss(logits: torch.Tensor, targets: torch.Tensor, label_mask: torch
     centred = logits - logits.mean(-1, keepdim=True)
     target = margin * (F.one_hot(targets, V).to(logits.dtype) - 1.0 / V)
     each = (centred - target).pow(2).mean(-1)[label_mask]
-    if weight is None:
-        return each.mean()
-    w = weight[label_mask]
+    return each.mean() if weight is None else _weighted_mean(each, weight[label_mask])
+
+
+def _weighted_mean(each: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+    """sum(w x each) / sum(w) over the labelled positions both hold."""
     return (each * w).sum() / w.sum()
 
 

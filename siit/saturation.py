@@ -42,14 +42,15 @@ class Saturation:
 
     @staticmethod
     def build(high: Any, corr: Correspondence, tokens: torch.Tensor, mask: torch.Tensor) -> Saturation | None:
-        """From a high-level model with saturated heads (planted.causal_model.CausalModel.saturated),
-        or None for any other (compiled cases, models without one)."""
+        """On these inputs, from a high-level model with saturated heads (planted.causal_model.
+        CausalModel.saturated), or None for any other (compiled cases, models without one). The keys are
+        computed on the CPU, where the high-level model lives, and put where `tokens` are."""
         names = getattr(high, "saturated", ())
         if not names:
             return None
         heads = tuple(corr.mapping[n][0] for n in names)
-        return Saturation(heads=heads, slots=tuple(corr.low.slot(h) for h in heads),
-                          keys=high.attention_keys(tokens, mask))
+        keys = high.attention_keys(tokens.cpu(), mask.cpu()).to(tokens.device)
+        return Saturation(heads=heads, slots=tuple(corr.low.slot(h) for h in heads), keys=keys)
 
 
 def head_scores(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
@@ -82,14 +83,13 @@ def margin_loss(scores: torch.Tensor, keys: torch.Tensor, query_mask: torch.Tens
 
 
 def saturated_fraction(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
-                       saturation: Saturation, keys: torch.Tensor,
-                       present: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
-    """On these inputs (keys bool [n_heads, B, T, T] the heads' keys on them): float [n_heads] the
-    fraction of each head's real queries whose gap reaches MARGIN, then the gaps [n_heads, B, T],
-    the counted queries bool [n_heads, B, T] and the scores [n_heads, B, T, T]."""
+                       saturation: Saturation, present: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
+    """On the inputs `saturation` was built on: float [n_heads] the fraction of each head's real
+    queries whose gap reaches MARGIN, then the gaps [n_heads, B, T], the counted queries bool
+    [n_heads, B, T] and the scores [n_heads, B, T, T]."""
     with torch.no_grad():
         scores = head_scores(model, tokens, mask, acts, saturation.slots, present)
-        gap, counted = gaps(scores, keys)
+        gap, counted = gaps(scores, saturation.keys)
         counted = counted & (mask.bool() if present is None else mask.bool() & present)[None]
         hit = ((gap >= MARGIN) & counted).sum((1, 2)) / counted.sum((1, 2)).clamp(min=1)
     return hit, gap, counted, scores
@@ -100,7 +100,7 @@ def saturation_report(model: Transformer, tokens: torch.Tensor, mask: torch.Tens
     """Per saturated head on these inputs (`saturation.keys` built on them): the gap's minimum and
     median over real queries, the fraction at or above MARGIN, and the largest softmax mass outside
     the head's keys."""
-    hit, gap, counted, scores = saturated_fraction(model, tokens, mask, acts, saturation, saturation.keys, present)
+    hit, gap, counted, scores = saturated_fraction(model, tokens, mask, acts, saturation, present)
     with torch.no_grad():
         keys = saturation.keys & torch.isfinite(scores)
         outside = torch.nan_to_num(torch.softmax(scores, -1), nan=0.0).masked_fill(keys, 0.0).sum(-1)

@@ -22,7 +22,7 @@ from siit.data import SHAPES
 from siit.distractors import r_squared, readout
 from siit.edges import EdgeLayout
 from siit.metrics import Evaluator, meets_criterion
-from siit.saturation import SATURATED, saturated_fraction
+from siit.saturation import SATURATED, Saturation, saturated_fraction
 from siit.train_setup import Setup, Trainee
 from siit.train_step import drawn_padded
 
@@ -130,8 +130,8 @@ def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges:
         acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
     metrics = evaluator.evaluate(trainee.model, acts=acts)
     if s.saturation is not None:  # a family's saturated heads (siit.saturation): part of the criterion
-        keys = s.high.attention_keys(d.tokens.cpu(), d.mask.cpu()).to(d.tokens.device)
-        hit = saturated_fraction(trainee.model, d.tokens, d.mask, acts, s.saturation, keys, d.present)[0]
+        on_these = Saturation.build(s.high, s.corr, d.tokens, d.mask)
+        hit = saturated_fraction(trainee.model, d.tokens, d.mask, acts, on_these, d.present)[0]
         metrics["saturated_min"] = round(float(hit.min()), 6)
     if edges:
         metrics.update(edge_metrics(trainee, s, evaluator, acts))

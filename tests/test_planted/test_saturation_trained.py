@@ -77,7 +77,7 @@ def test_a_softened_head_still_answers_but_is_no_longer_saturated(trained):
         hit = {}
         for name, model in (("trained", trained.model.eval()), ("soft", soft)):
             acts = node_activations(model, tokens, mask)
-            hit[name] = float(saturated_fraction(model, tokens, mask, acts, saturation, saturation.keys)[0][0])
+            hit[name] = float(saturated_fraction(model, tokens, mask, acts, saturation)[0][0])
         labelled = mask.bool().clone()
         labelled[:, 0] = False
         same = (soft(tokens, mask)[0].argmax(-1) == trained.model(tokens, mask)[0].argmax(-1))[labelled]

@@ -70,6 +70,22 @@ redundancy (family `redundancy`; values 0-4):
   eap_ig_*, gradient_attribution) see no copy matter; methods that remove components cumulatively
   (acdc: once one copy's edge is pruned the other two become necessary) or optimise a mask jointly
   (edge_sp, node_sp) keep at least two copies.
+
+distribution-shift (family `distribution-shift`; values 0-4; methods' counterfactuals: `token:1`):
+
+    second  a0.h0  s_i = x_2 from position 2 on, else 0     (attends to position 2, or BOS)
+    third   a0.h1  t_i = x_3 from position 3 on, else 0     (attends to position 3, or BOS)
+    answer  m0     y_i = (x_i + s_i + t_i) mod 5
+
+  SIIT trains it with resampled interchanges, like every entry; its methods are given another
+  corruption: minimal pairs that replace x_1 alone (`Case.corruption`; MIB's counterfactuals change
+  one token, and symmetric token replacement is Zhang & Nanda 2024's recommended corruption). The
+  two heads never read x_1, so under that corruption they carry the same values in both runs while
+  each is necessary under resampling. Prediction (Heimersheim & Nanda 2024, "How to use and
+  interpret activation patching": patching finds only what differs between the clean and the
+  corrupted input): every method that contrasts the two runs (all but ifr, which reads the clean
+  run alone, and random) ranks the two heads' edges with the out-of-circuit noise; each loses at
+  least 0.15 edge AUROC beside its own score under resampled counterfactuals, while ifr loses none.
 """
 
 from __future__ import annotations
@@ -112,17 +128,30 @@ FAMILIES: dict[str, dict[str, Any]] = {
                    "weak": ("activation_patching", "ablation_scan", "edge_patching", "eap", "eap_ig_inputs",
                             "eap_ig_activations", "gradient_attribution"),
                    "inert_alone": COPIES},
+    "distribution-shift": {"models": ("distribution-shift",),
+                           "prediction": "with minimal pairs that replace x_1 (token:1), every method that contrasts "
+                                         "clean and corrupted runs ranks the two heads' edges (they never read x_1) "
+                                         "with out-of-circuit noise and loses at least 0.15 edge AUROC beside its "
+                                         "score under resampled counterfactuals; ifr, which reads the clean run "
+                                         "alone, loses none",
+                           "weak": ("activation_patching", "gradient_attribution", "ablation_scan", "greedy",
+                                    "edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp",
+                                    "edge_sp", "ensemble"),
+                           "corruption": "token:1"},
 }
 """Family -> its planted models, the prediction in words, the methods predicted to fail, the
 high-level nodes whose interchange alone never changes the output by design (`inert_alone`:
 cancellation's carry, whose two paths cancel; redundancy's copies, which the other two outvote), and
-the level the prediction is about (`level`: `edge`, the default, or `qkv_edge`)."""
+the level the prediction is about (`level`: `edge`, the default, or `qkv_edge`), and the corruption its
+methods are given (`corruption`, the entry's `Case.corruption`; its prediction compares each method with
+itself under `resample`)."""
 
 
 def _case(name: str, values: tuple[int, ...], description: str) -> Case:
+    corruption = FAMILIES.get(name, {}).get("corruption", "resample")
     return Case(id=name, name=name.replace("-", "_"), family="planted", description=description,
                 task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
-                build_program=NoProgram(name),
+                build_program=NoProgram(name), corruption=corruption,
                 notes=f"Failure-mode family planted model (planted.failure_modes); see `zoo show planted {name}`.")
 
 
@@ -290,7 +319,45 @@ def redundancy() -> PlantedTask:
                  "counterfactual's x_1 differs.", model, redundant_reference, logit_template=REDUNDANT_TEMPLATE)
 
 
+# distribution-shift ---------------------------------------------------------------------------
+
+SHIFT_VALUES = 5
+
+
+def _from_position(k: int):
+    """The head that reads x_k from position k on and holds 0 before (a module-level class would do
+    too; a closure keeps the two heads' definitions side by side)."""
+    def value(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        return torch.where(torch.arange(digits.shape[1]) >= k, digits[:, k:k + 1], torch.zeros_like(digits))
+    return value
+
+
+def _shift_answer(digits: torch.Tensor, real: torch.Tensor, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
+    return (digits + s + t) % SHIFT_VALUES
+
+
+def shift_reference(seq: tuple[int, ...]) -> list[int]:
+    """The label function, from the task's definition."""
+    return [(x + (seq[1] if i >= 2 else 0) + (seq[2] if i >= 3 else 0)) % SHIFT_VALUES
+            for i, x in enumerate(seq, start=1)]
+
+
+def distribution_shift() -> PlantedTask:
+    nodes = (Node(name="a0.h0", parents=(), fn=_from_position(2), reads_input=True,
+                  label="second: s = x_2 from position 2 on, else 0"),
+             Node(name="a0.h1", parents=(), fn=_from_position(3), reads_input=True,
+                  label="third: t = x_3 from position 3 on, else 0"),
+             Node(name="m0", parents=("a0.h0", "a0.h1"), fn=_shift_answer, reads_input=True,
+                  label="answer: y = x_i + s + t (mod 5)"))
+    model = CausalModel(node_list=nodes, first_value_id=1, n_values=SHIFT_VALUES)
+    return _task("distribution-shift", tuple(range(SHIFT_VALUES)),
+                 "Distribution shift: y_i = (x_i + x_2 + x_3) mod 5, x_2 counted from position 2 on and x_3 from "
+                 "3 on, each carried by a head; trained on resampled interchanges, its methods get minimal pairs "
+                 "that replace x_1 alone (token:1), which never change what the two heads carry.", model,
+                 shift_reference)
+
+
 PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation, "saturation": saturation,
-           "redundancy": redundancy}
+           "redundancy": redundancy, "distribution-shift": distribution_shift}
 """Planted model name -> its builder."""
 

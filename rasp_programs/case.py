@@ -55,6 +55,10 @@ class Case:
     family: Literal["case", "planted"] = "case"
     """"case": a RASP program; "planted": the task of a hand-written high-level model (package
     `planted`), which has no RASP program (build_program raises)."""
+    corruption: str = "resample"
+    """The counterfactuals circuit methods are given unless told otherwise (eval.patching.corruption):
+    `resample`, an independent draw (what SIIT trains with), or `token:K`, the clean input with its K-th
+    token replaced; a distribution-shift entry names the corruption its methods are judged under."""
 
     def __post_init__(self) -> None:
         if self.task_kind not in ("classification", "regression"):
@@ -69,6 +73,13 @@ class Case:
             raise CaseError(f"case {self.id}: need 1 <= min_seq_len <= max_seq_len")
         if self.family not in ("case", "planted"):
             raise CaseError(f"case {self.id}: family must be case or planted")
+        if self.corruption != "resample":  # a token corruption must fit the case (eval.patching.corruption)
+            from eval.patching.corruption import CorruptionError, check_corruption
+
+            try:
+                check_corruption(self, self.corruption)
+            except CorruptionError as exc:
+                raise CaseError(f"case {self.id}: {exc}") from None
 
     @property
     def program(self) -> Any:
@@ -111,7 +122,8 @@ class Case:
             "bos": BOS,
             "pad": PAD,
             "notes": self.notes,
-        } | ({"family": "planted"} if self.family == "planted" else {})
+        } | ({"family": "planted"} if self.family == "planted" else {}) \
+            | ({"corruption": self.corruption} if self.corruption != "resample" else {})
 
 
 def uniform_sampler(vocab: Sequence[Value], min_len: int, max_len: int) -> Sampler:

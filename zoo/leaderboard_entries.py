@@ -83,7 +83,9 @@ def _trained(path: Path, root: Path) -> Any:
 
         return _one_line(lambda: resolve_target(load_entry_dir(path), "trained", root))
 
-    return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load, family=entry_family(path.name))
+    task = _planted_task(path.name)
+    return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load, family=entry_family(path.name),
+                      corruption=task.case.corruption if task is not None else "resample")
 
 
 def entry_family(name: str) -> str:
@@ -91,13 +93,21 @@ def entry_family(name: str) -> str:
     else `case`."""
     if not name.startswith("planted-"):
         return "case"
+    task = _planted_task(name)
+    return (task.failure_mode if task is not None else None) or "planted"
+
+
+def _planted_task(name: str) -> Any:
+    """The PlantedTask of a `planted-<name>` entry folder, or None (a case, or a name no longer known)."""
+    if not name.startswith("planted-"):
+        return None
     from planted import get_planted
     from rasp_programs.case import CaseError
 
     try:
-        return get_planted(name[len("planted-"):]).failure_mode or "planted"
+        return get_planted(name[len("planted-"):])
     except CaseError:
-        return "planted"
+        return None
 
 
 def _compiled(case: Any, root: Path) -> Any:

@@ -28,6 +28,7 @@ from eval.evaluator.score_files import save_output
 from eval.core.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
 from eval.methods.edge_patching import inert_edges
 from eval.evaluator.report import EvalReport, Inert, LevelResult, MethodResult, versions
+from eval.patching.corruption import check_corruption, parse_corruption
 from eval.patching.task import TaskData, make_task
 
 RunProgress = Callable[[str, int, int], Progress | None]
@@ -81,6 +82,9 @@ class Settings:
     """Monte-Carlo draws of the circuit methods' chance line (scorers' chance lines are exact)."""
     inert_atol: float = 1e-6
     """Largest |logit change| at which a patched ground-truth edge counts as inert (EvalReport.inert)."""
+    corruption: str | None = None
+    """How the methods' counterfactuals are made (eval.patching.corruption: `resample` or `token:K`);
+    None: the case's own (`Case.corruption`, `resample` but for a distribution-shift entry)."""
 
 
 def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = (), *,
@@ -105,11 +109,13 @@ def evaluate(target: Target, methods: str | Method | Sequence[str | Method] = ()
     for node in t.truth.nodes:
         graph.check_node(node)
     files = [(Path(f), read_score_file(Path(f), graph)) for f in score_files]  # fail before any work
+    s = dataclasses.replace(s, corruption=check_corruption(t.case, corruption_of(s, t.case)).spec)
 
-    task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed).to(device_of(t.model))
+    task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed,
+                     corruption=s.corruption).to(device_of(t.model))
     ctx = make_context(t.model, task, graph, s.ablation)
     nb = node_behaviour(ctx, s.behaviour)
-    inert = inert_truth(ctx, graph, t.truth, s.inert_atol)
+    inert = inert_truth(_truth_context(ctx, t, s, graph), graph, t.truth, s.inert_atol)
     results = []
     for method in resolved:
         start = time.perf_counter()
@@ -146,7 +152,7 @@ def _run_method(method: Method, t: Target, task: Any, graph: ComputationGraph, s
     if method.seeded and s.stability_seeds > 1:
         for k in range(1, s.stability_seeds):
             task_k = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n,
-                               seed=s.seed + k).to(device_of(t.model))
+                               seed=s.seed + k, corruption=s.corruption).to(device_of(t.model))
             reruns.append(call_method(method, t.model, task_k, graph=graph, seed=s.seed + k, ablation=s.ablation,
                                       progress=progress(method.key, k, runs) if progress else None))
     return out, reruns
@@ -160,7 +166,7 @@ def _report_settings(s: Settings, resolved: list[Method], model: Any) -> dict[st
             "device": device_record(device_of(model)).to_json(),  # and so do they on the device
             "method_options": {m.key: dataclasses.asdict(o) for m in resolved
                                if (o := options_of(m)) is not None},
-            "counterfactuals": "resampled from the case's sampler (seed + 1000003)",
+            "counterfactuals": parse_corruption(s.corruption or "resample").describe(),
             "labels": "reference (compiled) model outputs",
             "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
             "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges "
@@ -171,6 +177,21 @@ def _report_settings(s: Settings, resolved: list[Method], model: Any) -> dict[st
                       "random circuits of the same sizes, seeded Monte Carlo with standard error",
             "mib_circuits": "top floor(k|E|) q/k/v edges (signed for CPR, |score| for CMD), pruned as "
                             "EAP-IG's Graph.prune; head-level scores copied to their q/k/v edges"}
+
+
+def corruption_of(s: Settings, case: Any) -> str:
+    """The corruption a run uses: the settings' own, else the case's (`Case.corruption`), else resample."""
+    return s.corruption or getattr(case, "corruption", "resample")
+
+
+def _truth_context(ctx: Any, t: Target, s: Settings, graph: ComputationGraph) -> Any:
+    """The context inert ground-truth edges are measured in: the methods' own where they get resampled
+    counterfactuals; else one on the same clean inputs with resampled ones, since an edge the corruption
+    leaves unchanged is not inert (it is what a distribution-shift entry hides from the methods)."""
+    if s.corruption == "resample":
+        return ctx
+    task = make_task(case=t.case, encoding=t.encoding, reference=t.reference, n=s.n, seed=s.seed)
+    return make_context(t.model, task.to(device_of(t.model)), graph, s.ablation)
 
 
 def inert_truth(ctx: Any, graph: ComputationGraph, truth: Circuit, atol: float) -> Inert:

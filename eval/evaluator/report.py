@@ -92,7 +92,9 @@ class Inert:
     atol: float
     """Largest |logit change| that still counts as unmoved."""
     rule: str = ("each ground-truth edge's q/k/v parts patched alone to the counterfactual (the report's "
-                 "ablation) on the report's task data; inert = no logit at a label position moves by more than atol")
+                 "ablation) on the report's clean inputs with resampled counterfactuals, whatever corruption the "
+                 "methods get (an edge a corruption leaves unchanged is hidden, not inert); inert = no logit at a "
+                 "label position moves by more than atol")
     """How it was decided, in words."""
 
 
@@ -172,6 +174,8 @@ def table(report: EvalReport) -> str:
     title = (f"{e['name']} ({e['model']} model), ground truth {len(gt['nodes'])} of "
              f"{report.graph['components']} components, {len(gt['edges'])} of {report.graph['edges']} edges; "
              f"ablation {report.settings['ablation']}, n={report.settings['n']}, seed {report.settings['seed']}")
+    if (corruption := report.settings.get("corruption") or "resample") != "resample":
+        title += f"; counterfactuals {corruption} (not the resampling the model was trained with)"
     out = [title, *lines]
     if report.inert is not None and report.inert.qkv_edges:
         head = f"; head-level, left out of edge scoring: {', '.join(report.inert.edges)}" if report.inert.edges else ""

@@ -52,6 +52,9 @@ class BenchEntry:
     family: str = ""
     """The group the leaderboard also reports apart: a failure-mode family (e.g. `cancellation`),
     `planted` or `case`; empty: none."""
+    corruption: str = "resample"
+    """The entry's own counterfactuals (its case's `corruption`): what its cells use unless
+    BenchSettings.corruption names another."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -91,14 +94,22 @@ class BenchSettings:
 
     device: str = "cpu"
     """torch device the models run on (`cpu`, `cuda:N`): float results depend on it too."""
+    corruption: str | None = None
+    """How every cell's counterfactuals are made (`resample`, `token:K`: eval.patching.corruption);
+    None: each entry's own (BenchEntry.corruption)."""
 
     def __post_init__(self) -> None:
         if self.threads < 1:
             raise ValueError(f"threads must be at least 1, got {self.threads}")
 
-    def evaluation(self) -> Settings:
+    def evaluation(self, entry: BenchEntry) -> Settings:
+        """The evaluator's settings for one entry's cells."""
         return Settings(n=self.n, seed=self.seed, ablation=self.ablation, stability_seeds=self.stability_seeds,
-                        chance_draws=self.chance_draws, permutations=1)
+                        chance_draws=self.chance_draws, permutations=1, corruption=self.corruption_for(entry))
+
+    def corruption_for(self, entry: BenchEntry) -> str:
+        """The corruption an entry's cells use: these settings' own, else the entry's."""
+        return self.corruption or entry.corruption
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -210,6 +221,8 @@ def cell_key(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, sc
              "method": method.key, "method_sha": method.fingerprint,
              "scores_sha": _tree_sha(score_path) if score_path is not None else None,
              "settings": _key_settings(settings)}
+    if (corruption := settings.corruption_for(entry)) != "resample":  # resample: cells cached before it existed
+        parts["corruption"] = corruption
     return hashlib.sha256(json.dumps(parts, sort_keys=True).encode()).hexdigest()
 
 
@@ -219,6 +232,7 @@ def _key_settings(settings: BenchSettings) -> dict[str, Any]:
     fields = dataclasses.asdict(settings)
     if fields["device"] == "cpu":
         del fields["device"]
+    del fields["corruption"]  # the key holds the entry's effective one (cell_key)
     return fields
 
 
@@ -337,9 +351,9 @@ def _compute(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, ta
              score_path: Path | None, runs: RunProgress | None) -> Cell:
     try:
         if method.source == "scores":
-            report = evaluate(target, (), scores=[score_path], settings=settings.evaluation())
+            report = evaluate(target, (), scores=[score_path], settings=settings.evaluation(entry))
         else:
-            report = evaluate(target, [method.method], settings=settings.evaluation(), progress=runs)
+            report = evaluate(target, [method.method], settings=settings.evaluation(entry), progress=runs)
     except (MethodError, ValueError) as exc:
         text = " | ".join(line.strip() for line in str(exc).splitlines() if line.strip())
         return Cell(method=method.key, entry=entry.name, model=entry.model, seed=settings.seed, status="error",

@@ -92,6 +92,8 @@ class Leaderboard:
     """Cells computed in this run."""
     reused: int
     """Cells read back from the cache."""
+    corruptions: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Entry -> the counterfactuals its cells used, where they are not resampled (eval.patching.corruption)."""
 
     def to_json(self) -> dict[str, Any]:
         keys = [r.method for r in self.rows]
@@ -149,16 +151,18 @@ def family_rows(cells: Sequence[Cell], families: Mapping[str, str]) -> dict[str,
     return out
 
 
-def leaderboard(run: BenchRun, families: Mapping[str, str] | None = None) -> Leaderboard:
+def leaderboard(run: BenchRun, families: Mapping[str, str] | None = None,
+                corruptions: Mapping[str, str] | None = None) -> Leaderboard:
     """Summarise a bench run per method (and per family of entries: entry name -> family) and test every
-    pair of methods."""
+    pair of methods; `corruptions`: entry -> its cells' counterfactuals, recorded where not `resample`."""
     rows = _rows(run.cells)
     samples = {r.method: [c.edge_auroc for c in run.cells if c.method == r.method and c.status == "ok"]
                for r in rows}
     entries = tuple(dict.fromkeys(f"{c.entry}/{c.model}" for c in run.cells))
     return Leaderboard(rows=rows, pairs=pairwise_tests(samples), entries=entries, cells=run.cells,
                        settings=dataclasses.asdict(run.settings), computed=run.computed, reused=run.reused,
-                       families=family_rows(run.cells, families or {}))
+                       families=family_rows(run.cells, families or {}),
+                       corruptions={e: c for e, c in (corruptions or {}).items() if c != "resample"})
 
 
 def _clean(value: Any) -> Any:
@@ -274,8 +278,10 @@ def table(board: Leaderboard) -> str:
             grid.append((a, *cells))
         out += _grid(grid)
     for family, f in board.families.items():
+        shifted = sorted({board.corruptions[e] for e in f["entries"] if e in board.corruptions})
+        note = f"; counterfactuals {', '.join(shifted)}, not the resampling SIIT trained with" if shifted else ""
         out.append(f"family {family} ({', '.join(f['entries'])}): edge AUROC per method (mean over its entries); "
-                   f"best minus worst but random: {_f(f['spread'])}")
+                   f"best minus worst but random: {_f(f['spread'])}{note}")
         out += _grid([("method", "n", "AUROC-n", "AUROC-e", "chance-e", "AUROC-qkv", "chance-qkv")] + [
             (r.method, str(r.entries), _ms(r.node_auroc), _ms(r.edge_auroc), _f(r.edge_chance.mean),
              _ms(r.qkv_edge_auroc), _f(r.qkv_edge_chance.mean)) for r in f["rows"]])

@@ -1,7 +1,8 @@
 """A case + reference model -> the task data a circuit-discovery method sees.
 
-Clean inputs come from `case.sample(n, seed)`, counterfactuals are an independent resample of the
-same case, and labels are the *reference* model's outputs (the compiled model's: the ground truth
+Clean inputs come from `case.sample(n, seed)`, counterfactuals from a corruption style
+(eval.patching.corruption: an independent resample of the same case by default, or a minimal pair
+`token:K`), and labels are the *reference* model's outputs (the compiled model's: the ground truth
 of the task), on clean and on counterfactual inputs.
 """
 
@@ -14,10 +15,8 @@ import torch
 
 from eval.core.circuit import TaskKind
 from eval.core.device import device_of
+from eval.patching.corruption import counterfactual_inputs
 from eval.patching.hooks import forward
-
-COUNTERFACTUAL_SEED_OFFSET = 1_000_003
-"""Counterfactuals are sampled with seed + this, so they never coincide with the clean draw."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -29,7 +28,7 @@ class TaskData:
     mask: torch.Tensor
     """Clean attention mask [batch, n_ctx], 1 on real tokens."""
     cf_tokens: torch.Tensor
-    """Counterfactual (resampled) token ids [batch, n_ctx]."""
+    """Counterfactual token ids [batch, n_ctx] (resampled, or the clean input corrupted: `corruption`)."""
     cf_mask: torch.Tensor
     """Counterfactual attention mask [batch, n_ctx]."""
     labels: torch.Tensor
@@ -42,6 +41,8 @@ class TaskData:
     """"classification" (argmax over logits) or "regression" (logits[..., 0])."""
     seed: int
     """Seed the clean inputs were drawn with."""
+    corruption: str = "resample"
+    """How the counterfactuals were made (eval.patching.corruption: `resample` or `token:K`)."""
 
     @property
     def n(self) -> int:
@@ -66,12 +67,14 @@ def reference_outputs(model: Any, tokens: torch.Tensor, mask: torch.Tensor, task
     return (logits.argmax(-1) if task_kind == "classification" else logits[..., 0].float()).to(tokens.device)
 
 
-def make_task(*, case: Any, encoding: Any, reference: Any, n: int, seed: int) -> TaskData:
-    """Task data for `case`: n clean inputs, n resampled counterfactuals, reference labels."""
+def make_task(*, case: Any, encoding: Any, reference: Any, n: int, seed: int,
+              corruption: str = "resample") -> TaskData:
+    """Task data for `case`: n clean inputs, n counterfactuals made by `corruption` (an independent
+    resample by default), reference labels."""
     if n < 2:
         raise ValueError(f"need at least 2 inputs, got n={n}")
     clean = case.sample(n, seed)
-    cf = case.sample(n, seed + COUNTERFACTUAL_SEED_OFFSET)
+    cf = counterfactual_inputs(case, clean, seed, corruption)
     tokens, mask = encoding.encode(clean)
     cf_tokens, cf_mask = encoding.encode(cf)
     positions = mask.bool().clone()
@@ -80,5 +83,5 @@ def make_task(*, case: Any, encoding: Any, reference: Any, n: int, seed: int) ->
         tokens=tokens, mask=mask, cf_tokens=cf_tokens, cf_mask=cf_mask,
         labels=reference_outputs(reference, tokens, mask, encoding.task_kind),
         cf_labels=reference_outputs(reference, cf_tokens, cf_mask, encoding.task_kind),
-        positions=positions, task_kind=encoding.task_kind, seed=seed,
+        positions=positions, task_kind=encoding.task_kind, seed=seed, corruption=corruption,
     )

@@ -2,7 +2,10 @@
 and node AUROC on its entries (mean over the method seeds given), the spread (best minus worst but
 random), and whether the family's prediction holds (each method named in planted.failure_modes.FAMILIES
 at least 0.15 below the best, at the level the family names: head-level edges, or q/k/v-level edges);
-also the same gaps in edge F1 (thresholded circuits), reported beside them.
+also the same gaps in edge F1 (thresholded circuits), reported beside them. A family whose methods get
+another corruption than SIIT trained with (`corruption` in FAMILIES: distribution-shift) is also benched
+under `--corruption resample`, and each method's shift gap (its AUROC under resample minus under the
+family's corruption) is reported: its prediction holds for a method whose shift gap is at least 0.15.
 
     python tests/benchmarks/bench_failure_modes.py --root ROOT [--root ROOT2 ...] [--seeds 0,1,2] [--n 100]
 
@@ -25,18 +28,47 @@ GAP = 0.15
 """How far below the best a predicted failure must score (issue 36's target)."""
 
 
-def bench(root: Path, seed: int, n: int) -> dict:
-    """One `zoo bench` over the failure-mode entries the root has."""
+def bench(root: Path, seed: int, n: int, resample: bool = False) -> dict:
+    """One `zoo bench` over the failure-mode entries the root has, each under its own corruption; with
+    `resample`, only the entries of families with their own corruption, under resampling instead."""
     from planted import family_members
+    from planted.failure_modes import FAMILIES
 
-    have = [m for m in family_members("all") if (root / "entries" / f"planted-{m}").is_dir()]
+    names = [m for f in FAMILIES.values() if not resample or "corruption" in f for m in f["models"]]
+    have = [m for m in names if (root / "entries" / f"planted-{m}").is_dir()]
+    if not have:
+        return {}
+    extra = ["--corruption", "resample"] if resample else []
     out = subprocess.run([sys.executable, "-m", "zoo.cli", "bench", "--planted", ",".join(have), "--root", str(root),
-                          "--seed", str(seed), "--n", str(n), "--json", "--out", str(root / "bench-failure-modes")],
-                         capture_output=True, text=True, check=True)
+                          "--seed", str(seed), "--n", str(n), "--json", *extra,
+                          "--out", str(root / "bench-failure-modes")], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
 
-def summarise(boards: list[dict]) -> dict:
+def _means(boards: list[dict], family: str, kind: str) -> dict[str, float]:
+    """Each method's mean `kind` AUROC (edge, node, qkv_edge) over the boards' rows of `family`."""
+    per: dict[str, list[float]] = {}
+    for board in boards:
+        for row in board.get("families", {}).get(family, {}).get("rows", []):
+            if row[f"{kind}_auroc"]["mean"] is not None:
+                per.setdefault(row["method"], []).append(row[f"{kind}_auroc"]["mean"])
+    return {k: statistics.mean(v) for k, v in per.items()}
+
+
+def shift(boards: list[dict], resampled: list[dict], family: str, spec: dict) -> dict:
+    """A corruption family's shift gaps: each method's AUROC under resample minus under its corruption."""
+    kind = spec.get("level", "edge")
+    own, base = _means(boards, family, kind), _means(resampled, family, kind)
+    gaps = {k: base[k] - own[k] for k in own if k in base and k != "random"}
+    return {"corruption": spec["corruption"], "level": kind,
+            "auroc_under_resample": {k: round(v, 3) for k, v in base.items()},
+            "shift_gap": {k: round(v, 3) for k, v in gaps.items()},
+            "predicted_weak_shift": {k: {"gap": round(gaps[k], 3), "holds": gaps[k] >= GAP} for k in spec["weak"]
+                                     if k in gaps},
+            "not_predicted": {k: round(gaps[k], 3) for k in gaps if k not in spec["weak"]}}
+
+
+def summarise(boards: list[dict], resampled: list[dict] | None = None) -> dict:
     from planted.failure_modes import FAMILIES
 
     out = {}
@@ -78,6 +110,8 @@ def summarise(boards: list[dict]) -> dict:
             "predicted_weak_edge_f1": {k: {"gap": round(max(f1.values()) - f1[k], 3),
                                            "holds": max(f1.values()) - f1[k] >= GAP} for k in spec["weak"] if k in f1},
         }
+        if "corruption" in spec and resampled:
+            out[family]["shift"] = shift(boards, resampled, family, spec)
     return out
 
 
@@ -88,9 +122,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--seeds", default="0,1,2", help="method seeds, comma-separated (default 0,1,2)")
     ap.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (zoo bench's default)")
     args = ap.parse_args(argv)
-    boards = [bench(root, int(s), args.n) for root in args.root for s in args.seeds.split(",")]
+    runs = [(root, int(s)) for root in args.root for s in args.seeds.split(",")]
+    boards = [bench(root, seed, args.n) for root, seed in runs]
+    resampled = [bench(root, seed, args.n, resample=True) for root, seed in runs]
     print(json.dumps({"roots": [str(r) for r in args.root], "seeds": args.seeds, "n": args.n,
-                      "families": summarise(boards)}, indent=1))
+                      "families": summarise(boards, resampled)}, indent=1))
     return 0
 
 

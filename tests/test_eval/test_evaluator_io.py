@@ -79,6 +79,23 @@ def test_cli_method_that_exits_is_one_line_exit_2(cli_root, capsys, spec, messag
     assert err.count("\n") == 1 and err.startswith("zoo: error: ") and message in err
 
 
+@pytest.mark.parametrize(("corruption", "message"), [
+    ("token", "unknown corruption 'token'"),
+    ("token:9", "|K| must be at most"),  # case 4's inputs can be shorter than 9 tokens
+])
+def test_cli_bad_corruption_is_one_line_exit_2(cli_root, capsys, corruption, message):
+    code = _cli(["--root", str(cli_root), "--method", "random", "--corruption", corruption, "--json", *FAST])
+    out, err = capsys.readouterr()
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("zoo: error: ") and message in err, err
+
+
+def test_cli_token_corruption_is_recorded_in_the_report(cli_root, capsys):
+    assert _cli(["--root", str(cli_root), "--method", "eap", "--corruption", "token:-1", "--json", *FAST]) == 0
+    settings = json.loads(capsys.readouterr().out)["settings"]
+    assert settings["corruption"] == "token:-1" and "the last token" in settings["counterfactuals"]
+
+
 def test_cli_keyboard_interrupt_in_a_method_is_an_interruption_not_success(cli_root, capsys):
     code = _cli(["--root", str(cli_root), "--method", "test_evaluator_io:interrupting_method", "--json", *FAST])
     out, err = capsys.readouterr()

@@ -5,6 +5,7 @@ Entries are the compiled case 3 (cached for the session by the `compiled` fixtur
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -75,6 +76,23 @@ def test_rerun_reads_the_cache_and_changes_recompute_only_their_cells(case3, tmp
     assert run_bench(changed_entry, changed_option, SETTINGS, tmp_path / "cache").computed == 2  # scaled's two
     other_n = BenchSettings(n=17, chance_draws=20)
     assert run_bench(changed_entry, changed_option, other_n, tmp_path / "cache").computed == 4
+
+
+def test_a_corruption_is_part_of_a_cells_key_and_resample_keeps_the_old_keys(case3, tmp_path):
+    from eval.leaderboard.cells import cell_key
+
+    method = _method("scaled", scaled_method)
+    plain, shifted = _entry(case3, "case-3"), dataclasses.replace(_entry(case3, "case-3"), corruption="token:1")
+    keys = {cell_key(plain, method, SETTINGS), cell_key(plain, method, dataclasses.replace(SETTINGS, corruption="resample")),
+            cell_key(shifted, method, dataclasses.replace(SETTINGS, corruption="resample"))}
+    assert len(keys) == 1  # resample, named or not, is the key cells had before corruptions existed
+    token = cell_key(shifted, method, SETTINGS)  # the entry's own corruption applies
+    assert token not in keys and token == cell_key(plain, method, dataclasses.replace(SETTINGS, corruption="token:1"))
+    run = run_bench([shifted], [method], SETTINGS, tmp_path / "cache")
+    assert run.cells[0].status == "ok" and run_bench([plain], [method], SETTINGS, tmp_path / "cache").computed == 1
+    too_far = dataclasses.replace(shifted, corruption="token:9")  # beyond case 3's shortest input: an error cell
+    cell = run_bench([too_far], [method], SETTINGS, tmp_path / "cache").cells[0]
+    assert cell.status == "error" and "at most" in cell.message
 
 
 def test_an_interrupted_bench_rerun_computes_only_what_is_missing(case3, tmp_path, monkeypatch):
@@ -183,6 +201,7 @@ def test_cli_interrupted_then_rerun_computes_only_what_is_missing(cli_root, tmp_
     (["--cases", "3", "--scores", "/nonexistent/folder"], "is not a directory"),
     (["--cases", "3", "--n", "1"], "--n must be at least 2"),
     (["--family", "nope"], "unknown family 'nope'"),
+    (["--cases", "3", "--corruption", "token:0"], "unknown corruption 'token:0'"),
     (["--family", "cancellation"], "no planted entry planted-cancellation"),
     ([], "no entries under"),
 ])

@@ -91,6 +91,27 @@ def test_redundant_copies_move_nothing_alone_and_every_differing_pair_together()
     assert corr.low_masks()[4:].sum(dim=(1, 2)).tolist() == [2, 2, 2, 3]  # each group's own low-level heads
 
 
+def test_the_shifted_corruption_never_changes_the_two_heads_that_resampling_needs() -> None:
+    from eval.patching.corruption import counterfactual_inputs
+
+    task = get_planted("distribution-shift")
+    assert task.case.corruption == FAMILIES["distribution-shift"]["corruption"] == "token:1"
+    model = task.high_level()
+    clean = task.case.sample(N, 0)
+    tokens, mask = task.encoding.encode(clean)
+    labelled = mask.bool().clone()
+    labelled[:, 0] = False
+    out, values = model.run(tokens, mask)
+    for style in ("token:1", "resample"):
+        cf_tokens, cf_mask = task.encoding.encode(counterfactual_inputs(task.case, clean, 0, style))
+        _, cf_values = model.run(cf_tokens, cf_mask)
+        for k in range(2):  # a0.h0, a0.h1: the same values under token:1, and each necessary under resampling
+            same = bool((cf_values[k] == values[k])[labelled].all())
+            select = selection_rows(len(model.nodes))[k]
+            moved = (model.interchange(tokens, mask, cf_values, select) != out) & labelled
+            assert same == (style == "token:1") and moved.any() == (style == "resample"), (style, k)
+
+
 def test_families_name_their_models_and_predictions() -> None:
     assert family_members("all") == list(PLANTED)
     for family, spec in FAMILIES.items():

@@ -95,7 +95,8 @@ def test_every_planted_node_changes_the_output_under_some_interchange(name) -> N
     corr = task.correspondence(task.low_level_config(ArchConfig()), 0)
     joint = list(corr.interventions[n:])
     assert not joint or inert_high_nodes(data, model, corr.selects()[n:], joint, sources, "classification") == []
-    sizes = {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2, "redundancy": 4}
+    sizes = {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2, "redundancy": 4,
+             "distribution-shift": 3}
     if task.bundle is not None:  # a multi-task view: its own task's nodes
         sizes[name] = len(task.bundle.parts[task.bundle.view_names.index(name)].placement)
     assert n == sizes.get(name, 5) and task.graph.nodes == model.nodes

@@ -36,7 +36,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--planted", action="append", default=[], metavar="NAMES",
                    help="planted entries by name, comma-separated (folders planted-NAME under the root's entries)")
     p.add_argument("--family", action="append", default=[], metavar="NAME",
-                   help="the planted entries of a failure-mode family (rare-feature, cancellation, saturation, redundancy; all: every "
+                   help="the planted entries of a failure-mode family (rare-feature, cancellation, saturation, redundancy, distribution-shift; all: every "
                    "family; `zoo list planted --family NAME`), added to --planted (repeatable)")
     p.add_argument("--method", action="append", default=[], metavar="NAME",
                    help="method (repeatable or comma-separated): a built-in key or package.module:function; "
@@ -51,6 +51,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (default 100)")
     p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
                    help="how patched components are replaced (default resample)")
+    p.add_argument("--corruption", default=None, metavar="STYLE",
+                   help="how the methods' counterfactuals are made: resample (an independent draw, what SIIT "
+                   "trains with) or token:K (a minimal pair: the clean input with its K-th token replaced; -1 the "
+                   "last); part of the cache key; default each entry's own (resample, but token:1 for the distribution-shift family)")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
                    "and no stall when another process holds a core; more are faster on an idle machine; "
@@ -82,15 +86,11 @@ def _entries_named(args: argparse.Namespace) -> list[str]:
     return list(dict.fromkeys(_split(args.planted, "--planted") + members))
 
 
-def run_bench_command(args: argparse.Namespace) -> int:
+def _check_options(args: argparse.Namespace, keys: list[str]) -> None:
+    """One-line ZooErrors (exit 2) for numbers out of range, unknown methods and missing score folders."""
     from eval.methods.registry import BUILTIN_METHOD_KEYS
-    from zoo.commands.common import device_from
-    from zoo.commands.evaluate import _stdout_to_stderr
     from zoo.errors import ZooError
-    from zoo.paths import zoo_root
 
-    cases, planted = _split(args.cases, "--cases"), _entries_named(args)
-    keys = _split(args.method, "--method")
     for name, value, low in (("--n", args.n, 2), ("--threads", args.threads, 1)):
         if value < low:
             raise ZooError(f"{name} must be at least {low}, got {value}")
@@ -101,6 +101,19 @@ def run_bench_command(args: argparse.Namespace) -> int:
     for folder in args.scores:
         if not Path(folder).is_dir():
             raise ZooError(f"--scores {folder!r} is not a directory (it holds <entry>.json files or <entry>/ folders)")
+
+
+def run_bench_command(args: argparse.Namespace) -> int:
+    from eval.methods.registry import BUILTIN_METHOD_KEYS
+    from zoo.commands.common import corruption_from, device_from
+    from zoo.commands.evaluate import _stdout_to_stderr
+    from zoo.errors import ZooError
+    from zoo.paths import zoo_root
+
+    cases, planted = _split(args.cases, "--cases"), _entries_named(args)
+    keys = _split(args.method, "--method")
+    _check_options(args, keys)
+    corruption = corruption_from(args)
     root = zoo_root(args.root)
     out = Path(args.out) if args.out else root / "bench"
     if out.exists() and not out.is_dir():
@@ -122,7 +135,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise ZooError(str(exc)) from None
     device = device_from(args)  # a GPU this machine lacks is bad input, before any entry is made
     entries = bench_entries(root, cases=cases, planted=planted, model=args.model)
-    settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, threads=args.threads, device=device)
+    settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, corruption=corruption,
+                             threads=args.threads, device=device)
     bar = _bar(len(entries) * len(methods))
     try:
         with _stdout_to_stderr():  # a method's prints must not reach --json
@@ -133,7 +147,8 @@ def run_bench_command(args: argparse.Namespace) -> int:
               file=sys.stderr)
         raise
     bar.close()
-    board = _write(run, out, {e.name: e.family for e in entries})
+    board = _write(run, out, {e.name: e.family for e in entries},
+                   {e.name: settings.corruption_for(e) for e in entries})
     if args.json:
         print(json.dumps(board.to_json(), indent=1, allow_nan=False))
     else:
@@ -172,7 +187,7 @@ def _bar(total: int):
     return step
 
 
-def _write(run, out: Path, families: dict[str, str]):
+def _write(run, out: Path, families: dict[str, str], corruptions: dict[str, str]):
     """The leaderboard's files, each written whole under a temporary name and renamed into place."""
     import os
     import tempfile
@@ -180,7 +195,7 @@ def _write(run, out: Path, families: dict[str, str]):
     from eval.leaderboard.plots import write_bench_plots
     from eval.leaderboard.table import cells_to_csv, leaderboard, pairs_to_csv, to_csv
 
-    board = leaderboard(run, families=families)
+    board = leaderboard(run, families=families, corruptions=corruptions)
     out.mkdir(parents=True, exist_ok=True)
     texts = {"leaderboard.json": json.dumps(board.to_json(), indent=1, allow_nan=False),
              "leaderboard.csv": to_csv(board), "cells.csv": cells_to_csv(board), "pairwise.csv": pairs_to_csv(board)}

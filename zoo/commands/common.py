@@ -40,6 +40,19 @@ def device_from(args: argparse.Namespace):
     return device_or_error(args.device)
 
 
+def corruption_from(args: argparse.Namespace) -> str | None:
+    """--corruption checked for its form (None: the entry's own), or a one-line ZooError (exit 2)."""
+    if args.corruption is None:
+        return None
+    from eval.patching.corruption import CorruptionError, parse_corruption
+    from zoo.errors import ZooError
+
+    try:
+        return parse_corruption(args.corruption).spec
+    except CorruptionError as exc:
+        raise ZooError(str(exc)) from None
+
+
 def step_bar(total: int, desc: str | None = None):
     """A tqdm bar of training steps (imported late: the CLI must start fast) with `update_to(step,
     postfix)`, siit.trainer's progress callback: the bar follows the step budget, which grows when

@@ -60,6 +60,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=200, help="inputs per run (default 200)")
     p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
                    help="how ablated components are replaced (default resample)")
+    p.add_argument("--corruption", default=None, metavar="STYLE",
+                   help="how the methods' counterfactuals are made: resample (an independent draw, what SIIT "
+                   "trains with) or token:K (a minimal pair: the clean input with its K-th token replaced; -1 the "
+                   "last); default the entry's own (resample, but token:1 for the distribution-shift family)")
     p.add_argument("--behaviour", choices=("normalized", "accuracy"), default="normalized",
                    help="CAUSAL-BENCH behaviour β (default normalized logit difference)")
     p.add_argument("--stability-seeds", type=int, default=10, metavar="K",
@@ -80,7 +84,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def run_eval(args: argparse.Namespace) -> int:
-    from zoo.commands.common import method_bars
+    from zoo.commands.common import corruption_from, method_bars
     from zoo.high_level_source import resolve_case
     from zoo.errors import ZooError
 
@@ -98,6 +102,7 @@ def run_eval(args: argparse.Namespace) -> int:
             raise ZooError(f"score file {path!r} is not a regular file or a folder (a FIFO, socket or device)")
     if args.save_scores is not None and Path(args.save_scores).exists() and not Path(args.save_scores).is_dir():
         raise ZooError(f"--save-scores {args.save_scores!r} is a file; name a directory")
+    corruption = corruption_from(args)  # a malformed style fails before anything loads
     case = resolve_case(args.kind, args.id)
 
     import torch
@@ -117,7 +122,8 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         with _stdout_to_stderr():  # whatever runs (a method, a library) prints to stderr, never into the report
             report = evaluate(case, methods, scores=args.scores, model=args.model or "auto", root=args.root,
-                              n=args.n, seed=args.seed, ablation=args.ablation, behaviour=args.behaviour,
+                              n=args.n, seed=args.seed, ablation=args.ablation, corruption=corruption,
+                              behaviour=args.behaviour,
                               stability_seeds=args.stability_seeds, permutations=args.permutations,
                               save_scores=args.save_scores, progress=bars, device=device_from(args))
     except (MethodError, ValueError) as exc:

@@ -87,6 +87,9 @@ def run_show_planted(args: argparse.Namespace) -> int:
     if info["saturated_heads"]:
         print(f"  saturated heads (trained to a score margin on their keys, siit.saturation): "
               f"{', '.join(info['saturated_heads'])}")
+    if (corruption := case.get("corruption", "resample")) != "resample":
+        print(f"  methods' counterfactuals: {corruption} (trained on resampled interchanges; `zoo eval --corruption "
+              f"resample` gives them those)")
     if info["bundle"]:
         views = info["bundle"]["views"]
         print(f"multi-task bundle {info['bundle']['name']}: trained on the rows of all {len(views)} tasks, whose "

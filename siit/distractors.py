@@ -151,9 +151,10 @@ def offsets_for_norm(z: torch.Tensor, scale: torch.Tensor, norm: torch.Tensor, i
     median, abs_mean = z_stats if z_stats is not None else _z_stats(z)
     lo = -scale * median
     hi = lo + lo.abs() + norm + scale * abs_mean + 1e-6
+    scaled = scale[:, None] * z  # the same every iteration: computed once
     for _ in range(iters):
         mid = (lo + hi) / 2
-        above = (mid[:, None] + scale[:, None] * z).abs().mean(1) > norm
+        above = (mid[:, None] + scaled).abs().mean(1) > norm
         hi, lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
     return (lo + hi) / 2
 

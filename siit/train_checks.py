@@ -122,13 +122,19 @@ def edge_metrics(trainee: Trainee, s: Setup, evaluator: Evaluator,
             "edges_checked": "all" if only is None else "lagging"}
 
 
-def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges: bool = True) -> dict[str, Any]:
+def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges: bool = True,
+                     evaluation: tuple[torch.Tensor, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The evaluator's metrics, plus each distractor's R² on the validation inputs and, with
-    `edges`, the non-circuit edges' SIIA (edge_metrics)."""
+    `edges`, the non-circuit edges' SIIA (edge_metrics). evaluation: the model's clean node
+    activations on the evaluator's data and Evaluator.evaluate's metrics from them, when the
+    caller has them (siit.trainer keeps them for the validation); the metrics are added to."""
     d = evaluator.data
-    with torch.no_grad():  # [L, N, T, S, d]: the clean run, read by the metrics and the R²
-        acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
-    metrics = evaluator.evaluate(trainee.model, acts=acts)
+    if evaluation is None:
+        with torch.no_grad():  # [L, N, T, S, d]: the clean run, read by the metrics and the R²
+            acts = trainee.model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
+        metrics = evaluator.evaluate(trainee.model, acts=acts)
+    else:
+        acts, metrics = evaluation
     if s.saturation is not None:  # a family's saturated heads (siit.saturation): part of the criterion
         on_these = Saturation.build(s.high, s.corr, d.tokens, d.mask)
         hit = saturated_fraction(trainee.model, d.tokens, d.mask, acts, on_these, d.present)[0]

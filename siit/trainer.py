@@ -17,6 +17,7 @@ node per row, then behaviour), each on fresh activations of the current weights.
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import math
 import signal
@@ -41,6 +42,7 @@ from siit.optim import Adam
 from siit.reparametrize import rescale_heads
 from siit.train_setup import Setup, Trainee, prepare
 from siit.initialise import init_weights
+from siit.interventions import node_activations
 from siit.transformer import Transformer
 
 __all__ = ["Progress", "TrainResult", "TrainingDiverged", "TrainingInterrupted", "prepare", "train"]
@@ -94,6 +96,10 @@ class TrainResult:
     """The task's logit template margin (siit.losses.template_loss instead of cross-entropy), or None."""
     device: DeviceRecord | None = None
     """Where it trained (device, its name, dtype, torch threads): float results differ by device."""
+    final_evaluation: tuple[torch.Tensor, dict[str, Any]] | None = None
+    """(node activations, Evaluator.evaluate's metrics) of `model` on `evaluator`, as the final
+    metrics were computed from them: siit.validation.validate_model takes them instead of running
+    the same passes again."""
 
 
 @dataclasses.dataclass
@@ -233,7 +239,11 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
     head_scales: dict[str, list[float]] = {}
     if config.rescale_heads:
         head_scales = rescale_heads(model, s.corr.low, seed=s.case_seed, circuit=s.corr.aligned)
-    metrics = train_checks.evaluate_trainee(run.trainee, s, s.final_evaluator)
+    d = s.final_evaluator.data
+    acts = node_activations(model, d.tokens, d.mask, d.present)
+    evaluation = (acts, s.final_evaluator.evaluate(model, acts=acts))
+    metrics = train_checks.evaluate_trainee(run.trainee, s, s.final_evaluator,
+                                            evaluation=(acts, copy.deepcopy(evaluation[1])))
     met = run.met and meets_criterion(metrics, config.judged_metrics, config.criterion, config.distractor_r2,
                                       config.edge_criterion)
     val, train_seqs = set(s.final_evaluator.data.seqs), set(s.train_set.seqs)
@@ -247,7 +257,7 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
         train_val_overlap=sum(q in train_seqs for q in val) / len(val), distractors=distractors,
         head_scales=head_scales, case_seed=s.case_seed, adaptation=run.adapt,
         last_position_weight=s.last_position_weight, logit_template=s.logit_template,
-        device=device_record(s.device),
+        device=device_record(s.device), final_evaluation=evaluation,
     )
 
 

@@ -19,6 +19,7 @@ BOUND_N sequences per length, with a Clopper-Pearson upper bound per length, sha
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 from typing import Any
 
@@ -37,14 +38,18 @@ from siit.transformer import Transformer
 ABLATIONS = ("resample", "mean", "zero")
 
 
-def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None) -> dict[str, Any]:
+def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *,
+                   evaluation: tuple[torch.Tensor, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Metrics, per-node effects and circuit-ablated accuracy of `model` on the validation set, in
     every input shape the evaluator's data holds (padded, unpadded, partly padded); given the
     high-level `task` (or compiled case), also `effect_bounds`: the out-of-circuit bound proved on a
-    fresh sample that can resolve it (siit.effect_bounds)."""
+    fresh sample that can resolve it (siit.effect_bounds). evaluation: `model`'s clean node
+    activations on the evaluator's data and Evaluator.evaluate's metrics from them, when the caller
+    has them (TrainResult.final_evaluation): the same numbers, not computed twice."""
     corr, data = evaluator.correspondence, evaluator.data
     circuit = set(corr.aligned)
-    acts = node_activations(model, data.tokens, data.mask, data.present)
+    acts, metrics = evaluation if evaluation is not None else (
+        node_activations(model, data.tokens, data.mask, data.present), None)
     effects = _Effects.measure(model, evaluator, acts)
     node_rows = [
         {"node": n, "in_circuit": n in circuit, **effects.worst[n],
@@ -65,7 +70,7 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None) -
         "n_sequences": len(data),
         "n_labelled_positions": int(lm.sum()),
         "input_shapes": list(shapes),
-        "metrics": evaluator.evaluate(model, acts=acts),
+        "metrics": copy.deepcopy(metrics) if metrics is not None else evaluator.evaluate(model, acts=acts),
         "node_effects": node_rows,
         "effect_definition": "fraction of labelled positions whose output changes under the ablation "
                              "(regression: by >= tolerance), relative to the unablated model; the "

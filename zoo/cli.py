@@ -8,6 +8,7 @@ Errors are one line (`zoo: error: ...`, exit 2); tracebacks only with --debug.
 from __future__ import annotations
 
 import argparse
+import gc
 import sys
 from collections.abc import Sequence
 
@@ -36,6 +37,41 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    """Run one command; argv None: the process's own command line (the console script, `python -m
+    zoo.cli`), which exits when this returns."""
+    if argv is None:
+        keep_freed_memory()
+    code = _run(argv)
+    if argv is None:
+        # the process ends next: leave what is alive out of the interpreter's last cyclic garbage
+        # collection, a walk over torch's objects that cost 0.4 s of every `zoo train` (nothing
+        # is written then: atexit handlers and stream flushes still run)
+        gc.freeze()
+    return code
+
+
+MALLOC_THRESHOLD = 1 << 30
+"""glibc malloc's mmap and trim thresholds in a `zoo` process (keep_freed_memory)."""
+
+
+def keep_freed_memory() -> None:
+    """Have glibc's malloc keep freed memory for the next allocation instead of giving it back to
+    the system: the batched passes of training's checks and of validation make and drop tensors of
+    megabytes, and mapping each one afresh (its pages faulted in again) cost more than the maths
+    (a GELU over [7680, 6, 64]: 10 ms, 1.5 ms on reused memory). The numbers are the same; the
+    process keeps its peak memory until it exits. A no-op where malloc is not glibc's."""
+    import ctypes
+
+    try:
+        mallopt = ctypes.CDLL(None).mallopt  # the process's own symbols: libc's malloc
+    except (OSError, AttributeError):
+        return
+    m_trim_threshold, m_mmap_threshold = -1, -3  # malloc.h
+    mallopt(m_mmap_threshold, MALLOC_THRESHOLD)
+    mallopt(m_trim_threshold, MALLOC_THRESHOLD)
+
+
+def _run(argv: Sequence[str] | None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     debug = args.debug or getattr(args, "sub_debug", False)

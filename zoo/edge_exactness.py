@@ -50,7 +50,7 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     from eval.core.circuit import Circuit
     from eval.core.graph import graph_of
     from eval.core.proportion_bound import upper_bound
-    from eval.methods.edge_patching import logit_movement, patched_metrics
+    from eval.methods.edge_patching import movement_metric, per_edge
     from eval.patching.ablation import make_context
     from eval.patching.task import make_task
     from siit.high_level import as_task
@@ -70,10 +70,13 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     ctx = make_context(model, task, graph)
     with torch.no_grad():
         clean = ctx.forward()
-    stats = patched_metrics(ctx, [{e: 1.0} for e in edges], changes(task, clean, tolerance or 0.05), max_rows=4096)
-    effect = dict(zip(edges, (float(v) for v in stats[:, 0]))) if len(edges) else {}
-    changed = dict(zip(edges, (int(v) for v in stats[:, 1]))) if len(edges) else {}
-    moved = logit_movement(ctx, edges, max_rows=4096)
+    # one patched pass per edge serves every number (the changes, and the logit movement of
+    # eval.methods.edge_patching.logit_movement on the same logits)
+    metric, moved_by = changes(task, clean, tolerance or 0.05), movement_metric(task, clean)
+    stats = per_edge(ctx, edges, lambda logits: torch.cat([metric(logits), moved_by(logits)[None]]), max_rows=4096)
+    effect = {e: float(v[0]) for e, v in stats.items()}
+    changed = {e: int(v[1]) for e, v in stats.items()}
+    moved = {e: float(v[2]) for e, v in stats.items()}
     labelled = {tuple(e) for e in Circuit.from_json(circuit_json).promoted().edges}
     inside = [e for e in edges if (e[0], e[1].split("<")[0]) in labelled]
     outside = [e for e in edges if (e[0], e[1].split("<")[0]) not in labelled]

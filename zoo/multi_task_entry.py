@@ -58,7 +58,7 @@ def _one_view(result: Any, task: Any, device: Any) -> tuple[Any, dict[str, Any]]
     met = result.met_criterion and meets_criterion(metrics, config.judged_metrics, config.criterion,
                                                    config.distractor_r2, config.edge_criterion)
     view_result = dataclasses.replace(result, correspondence=setup.corr, evaluator=setup.final_evaluator,
-                                      metrics=metrics, met_criterion=met)
+                                      metrics=metrics, met_criterion=met, final_evaluation=None)  # not on this evaluator
     validation = with_patching_checks(validate_model(result.model, setup.final_evaluator, task), task, view_result)
     return view_result, validation
 

@@ -146,7 +146,8 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     if trained_on is not compiled:
         result, validation = validate_view(result, compiled, torch.device(options.device))
     else:
-        validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled), compiled, result)
+        validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled,
+                                                         evaluation=result.final_evaluation), compiled, result)
         result = with_bound_verdict(with_edge_verdict(result, validation), validation)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
@@ -196,7 +197,8 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
         checkpoint = None
     result = train(compiled, config, options.arch, checkpoint_dir=checkpoint, resume=options.resume,
                    device=torch.device(options.device))
-    validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled), compiled, result)
+    validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled,
+                                                     evaluation=result.final_evaluation), compiled, result)
     result = with_bound_verdict(with_edge_verdict(result, validation), validation)
     with tempfile.TemporaryDirectory(prefix="zoo-entry-") as tmp:
         dest = write_entry_files(Path(tmp) / case.entry_name, compiled, result=result, validation=validation,

@@ -213,16 +213,25 @@ def edge_patching(model: Any, task: TaskData, *, graph: ComputationGraph, ablati
 
 def logit_movement(ctx: AblationContext, edges: Sequence[Edge], *, max_rows: int = 1024) -> dict[Edge, float]:
     """Largest |logit change| at label positions when each edge alone is patched (0: inert)."""
-    task = ctx.task
     with torch.no_grad():
-        clean = ctx.forward()[task.positions]
+        moved = movement_metric(ctx.task, ctx.forward())
+    return {e: float(v) for e, v in per_edge(ctx, edges, moved, max_rows=max_rows).items()}
 
-    def moved(logits: torch.Tensor) -> torch.Tensor:
-        return (logits[task.positions] - clean).abs().max()
 
+def movement_metric(task: TaskData, clean: torch.Tensor) -> Metric:
+    """m: the largest |logit change| at label positions of one block against `clean` (the
+    unpatched logits, ctx.forward())."""
+    clean = clean[task.positions]
+    return lambda logits: (logits[task.positions] - clean).abs().max()
+
+
+def per_edge(ctx: AblationContext, edges: Sequence[Edge], metric: Metric, *, max_rows: int) -> dict[Edge, torch.Tensor]:
+    """metric of the model with each q/k/v edge alone patched, in the order patched_metrics runs
+    them fastest (by the receiver's layer): {edge: metric value}. One pass over the edges serves
+    several numbers when `metric` stacks them (zoo.edge_exactness)."""
     ordered = _by_reader_layer(ctx, edges)
-    values = patched_metrics(ctx, [{e: 1.0} for e in ordered], moved, max_rows=max_rows)
-    return {e: float(v) for e, v in zip(ordered, values)}
+    values = patched_metrics(ctx, [{e: 1.0} for e in ordered], metric, max_rows=max_rows)
+    return dict(zip(ordered, values))
 
 
 def inert_edges(ctx: AblationContext, edges: Iterable[Edge], *, atol: float = 1e-6,

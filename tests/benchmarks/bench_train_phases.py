@@ -71,7 +71,8 @@ def _child(case: str, root: str) -> None:
         timed(module, "_write", "write")
         timed(module, "write_entry_files", "write")
     startup = time.perf_counter() - t0
-    code = zoo_main(["train", "case", case, "--root", root, "--json"])
+    sys.argv = ["zoo", "train", "case", case, "--root", root, "--json"]
+    code = zoo_main()  # as the console script runs it: main() reads sys.argv, and the process exits next
     print(json.dumps({"code": code, "import_s": startup, "spent": spent, "counts": counts}), file=sys.stderr)
 
 

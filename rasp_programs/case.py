@@ -56,7 +56,7 @@ class Case:
     """"case": a RASP program; "planted": the task of a hand-written high-level model (package
     `planted`), which has no RASP program (build_program raises)."""
     corruption: str = "resample"
-    """The counterfactuals circuit methods are given unless told otherwise (eval.patching.corruption):
+    """The counterfactuals circuit methods are given unless told otherwise (eval.core.corruption):
     `resample`, an independent draw (what SIIT trains with), or `token:K`, the clean input with its K-th
     token replaced; a distribution-shift entry names the corruption its methods are judged under."""
 
@@ -73,8 +73,8 @@ class Case:
             raise CaseError(f"case {self.id}: need 1 <= min_seq_len <= max_seq_len")
         if self.family not in ("case", "planted"):
             raise CaseError(f"case {self.id}: family must be case or planted")
-        if self.corruption != "resample":  # a token corruption must fit the case (eval.patching.corruption)
-            from eval.patching.corruption import CorruptionError, check_corruption
+        if self.corruption != "resample":  # a token corruption must fit the case (eval.core.corruption)
+            from eval.core.corruption import CorruptionError, check_corruption
 
             try:
                 check_corruption(self, self.corruption)

@@ -28,7 +28,7 @@ from eval.evaluator.score_files import save_output
 from eval.core.metrics import convergence, mean_pairwise_jaccard, pessimistic_auroc, prf, roc, roc_point, top_k
 from eval.methods.edge_patching import inert_edges
 from eval.evaluator.report import EvalReport, Inert, LevelResult, MethodResult, versions
-from eval.patching.corruption import check_corruption, parse_corruption
+from eval.core.corruption import check_corruption, parse_corruption
 from eval.patching.task import TaskData, make_task
 
 RunProgress = Callable[[str, int, int], Progress | None]
@@ -83,7 +83,7 @@ class Settings:
     inert_atol: float = 1e-6
     """Largest |logit change| at which a patched ground-truth edge counts as inert (EvalReport.inert)."""
     corruption: str | None = None
-    """How the methods' counterfactuals are made (eval.patching.corruption: `resample` or `token:K`);
+    """How the methods' counterfactuals are made (eval.core.corruption: `resample` or `token:K`);
     None: the case's own (`Case.corruption`, `resample` but for a distribution-shift entry)."""
 
 

@@ -95,7 +95,7 @@ class BenchSettings:
     device: str = "cpu"
     """torch device the models run on (`cpu`, `cuda:N`): float results depend on it too."""
     corruption: str | None = None
-    """How every cell's counterfactuals are made (`resample`, `token:K`: eval.patching.corruption);
+    """How every cell's counterfactuals are made (`resample`, `token:K`: eval.core.corruption);
     None: each entry's own (BenchEntry.corruption)."""
 
     def __post_init__(self) -> None:

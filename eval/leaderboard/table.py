@@ -93,7 +93,7 @@ class Leaderboard:
     reused: int
     """Cells read back from the cache."""
     corruptions: dict[str, str] = dataclasses.field(default_factory=dict)
-    """Entry -> the counterfactuals its cells used, where they are not resampled (eval.patching.corruption)."""
+    """Entry -> the counterfactuals its cells used, where they are not resampled (eval.core.corruption)."""
 
     def to_json(self) -> dict[str, Any]:
         keys = [r.method for r in self.rows]

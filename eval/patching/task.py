@@ -1,7 +1,7 @@
 """A case + reference model -> the task data a circuit-discovery method sees.
 
 Clean inputs come from `case.sample(n, seed)`, counterfactuals from a corruption style
-(eval.patching.corruption: an independent resample of the same case by default, or a minimal pair
+(eval.core.corruption: an independent resample of the same case by default, or a minimal pair
 `token:K`), and labels are the *reference* model's outputs (the compiled model's: the ground truth
 of the task), on clean and on counterfactual inputs.
 """
@@ -15,7 +15,7 @@ import torch
 
 from eval.core.circuit import TaskKind
 from eval.core.device import device_of
-from eval.patching.corruption import counterfactual_inputs
+from eval.core.corruption import counterfactual_inputs
 from eval.patching.hooks import forward
 
 
@@ -42,7 +42,7 @@ class TaskData:
     seed: int
     """Seed the clean inputs were drawn with."""
     corruption: str = "resample"
-    """How the counterfactuals were made (eval.patching.corruption: `resample` or `token:K`)."""
+    """How the counterfactuals were made (eval.core.corruption: `resample` or `token:K`)."""
 
     @property
     def n(self) -> int:

@@ -1,4 +1,4 @@
-"""Corruption styles (eval.patching.corruption): what a method's counterfactuals are."""
+"""Corruption styles (eval.core.corruption): what a method's counterfactuals are."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eval.patching.corruption import (CorruptionError, check_corruption, counterfactual_inputs,
+from eval.core.corruption import (CorruptionError, check_corruption, counterfactual_inputs,
                                       parse_corruption)
 from planted.causal_model import NoProgram
 from rasp_programs.case import Case, uniform_sampler

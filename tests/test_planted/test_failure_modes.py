@@ -92,7 +92,7 @@ def test_redundant_copies_move_nothing_alone_and_every_differing_pair_together()
 
 
 def test_the_shifted_corruption_never_changes_the_two_heads_that_resampling_needs() -> None:
-    from eval.patching.corruption import counterfactual_inputs
+    from eval.core.corruption import counterfactual_inputs
 
     task = get_planted("distribution-shift")
     assert task.case.corruption == FAMILIES["distribution-shift"]["corruption"] == "token:1"

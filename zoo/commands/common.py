@@ -44,7 +44,7 @@ def corruption_from(args: argparse.Namespace) -> str | None:
     """--corruption checked for its form (None: the entry's own), or a one-line ZooError (exit 2)."""
     if args.corruption is None:
         return None
-    from eval.patching.corruption import CorruptionError, parse_corruption
+    from eval.core.corruption import CorruptionError, parse_corruption
     from zoo.errors import ZooError
 
     try:

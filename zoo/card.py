@@ -277,6 +277,8 @@ def render_model_card(
     node_table, correspondence = _circuit_tables(circuit)
     output = case.get("encoding", {}).get("output_vocab")
     notes = f"- Note: {case['notes']}\n" if case.get("notes") else ""
+    if (corruption := case.get("corruption", "resample")) != "resample":  # eval.core.corruption
+        notes += f"- Counterfactuals: methods get `{corruption}`, not SIIT's resampled inputs (`zoo eval`'s default)\n"
     values = {
         "front_matter": _front_matter(_card_front(name, case, circuit, figures)),
         "name": name,
@@ -364,6 +366,7 @@ def _card_front(name: str, case: dict[str, Any], circuit: dict[str, Any], figure
             "entry": name,
             "case_id": str(case.get("id", "")),
             "task_kind": task_kind,
+            **({"corruption": case["corruption"]} if case.get("corruption", "resample") != "resample" else {}),
             "circuit": {"granularity": circuit.get("granularity", "head"),
                         "n_nodes": len(nodes), "n_edges": len(edges)},
             "validation": figures,

@@ -60,11 +60,17 @@ def shift(boards: list[dict], resampled: list[dict], family: str, spec: dict) ->
     kind = spec.get("level", "edge")
     own, base = _means(boards, family, kind), _means(resampled, family, kind)
     gaps = {k: base[k] - own[k] for k in own if k in base and k != "random"}
+    # the same (root, seed) run under both corruptions: a paired gap per run, so a mean gap carried by one
+    # entry shows as a low count
+    paired = [(_means([b], family, kind), _means([r], family, kind)) for b, r in zip(boards, resampled)]
+    per_run = {k: [r[k] - b[k] for b, r in paired if k in b and k in r] for k in gaps}
     return {"corruption": spec["corruption"], "level": kind,
             "auroc_under_resample": {k: round(v, 3) for k, v in base.items()},
             "shift_gap": {k: round(v, 3) for k, v in gaps.items()},
-            "predicted_weak_shift": {k: {"gap": round(gaps[k], 3), "holds": gaps[k] >= GAP} for k in spec["weak"]
-                                     if k in gaps},
+            "predicted_weak_shift": {k: {"gap": round(gaps[k], 3), "holds": gaps[k] >= GAP,
+                                         "runs_at_gap": f"{sum(g >= GAP for g in per_run[k])} of {len(per_run[k])}",
+                                         "smallest_run_gap": round(min(per_run[k]), 3) if per_run[k] else None}
+                                     for k in spec["weak"] if k in gaps},
             "not_predicted": {k: round(gaps[k], 3) for k in gaps if k not in spec["weak"]}}
 
 

@@ -101,6 +101,8 @@ from rasp_programs.encoding import Encoding
 MIN_LEN, MAX_LEN = 3, 6
 COPIES = ("a0.h0", "a0.h1", "a0.h2")
 """redundancy's three copy heads."""
+SHIFT_CORRUPTION = "token:1"
+"""distribution-shift's counterfactuals (eval.core.corruption): x_1 replaced, which its heads never read."""
 FAMILIES: dict[str, dict[str, Any]] = {
     "rare-feature": {"models": ("rare-feature",),
                      "prediction": "gradient methods (eap, eap_ig_inputs, eap_ig_activations, gradient_attribution) "
@@ -137,7 +139,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
                            "weak": ("activation_patching", "gradient_attribution", "ablation_scan", "greedy",
                                     "edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp",
                                     "edge_sp", "ensemble"),
-                           "corruption": "token:1"},
+                           "corruption": SHIFT_CORRUPTION},
 }
 """Family -> its planted models, the prediction in words, the methods predicted to fail, the
 high-level nodes whose interchange alone never changes the output by design (`inert_alone`:
@@ -147,8 +149,7 @@ methods are given (`corruption`, the entry's `Case.corruption`; its prediction c
 itself under `resample`)."""
 
 
-def _case(name: str, values: tuple[int, ...], description: str) -> Case:
-    corruption = FAMILIES.get(name, {}).get("corruption", "resample")
+def _case(name: str, values: tuple[int, ...], description: str, corruption: str = "resample") -> Case:
     return Case(id=name, name=name.replace("-", "_"), family="planted", description=description,
                 task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
                 build_program=NoProgram(name), corruption=corruption,
@@ -156,11 +157,11 @@ def _case(name: str, values: tuple[int, ...], description: str) -> Case:
 
 
 def _task(name: str, values: tuple[int, ...], description: str, model: CausalModel, reference: Any,
-          logit_template: float | None = None) -> PlantedTask:
+          logit_template: float | None = None, corruption: str = "resample") -> PlantedTask:
     encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=tuple(range(model.n_values)),
                         max_seq_len=MAX_LEN, task_kind="classification")
     # edge-level strictness by default: a family's edge labels are what its methods are judged on
-    return PlantedTask(case=_case(name, values, description), encoding=encoding, model=model, n_layers=2,
+    return PlantedTask(case=_case(name, values, description, corruption), encoding=encoding, model=model, n_layers=2,
                        n_heads=4, reference=reference, failure_mode=name, strict_edges=True,
                        logit_template=logit_template)
 
@@ -324,12 +325,17 @@ def redundancy() -> PlantedTask:
 SHIFT_VALUES = 5
 
 
-def _from_position(k: int):
-    """The head that reads x_k from position k on and holds 0 before (a module-level class would do
-    too; a closure keeps the two heads' definitions side by side)."""
-    def value(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        return torch.where(torch.arange(digits.shape[1]) >= k, digits[:, k:k + 1], torch.zeros_like(digits))
-    return value
+def _from_position(digits: torch.Tensor, k: int) -> torch.Tensor:
+    """x_k from position k on, 0 before (a causal head attending to position k, or to BOS)."""
+    return torch.where(torch.arange(digits.shape[1]) >= k, digits[:, k:k + 1], torch.zeros_like(digits))
+
+
+def _second(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _from_position(digits, 2)
+
+
+def _third(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _from_position(digits, 3)
 
 
 def _shift_answer(digits: torch.Tensor, real: torch.Tensor, s: torch.Tensor, t: torch.Tensor) -> torch.Tensor:
@@ -343,9 +349,9 @@ def shift_reference(seq: tuple[int, ...]) -> list[int]:
 
 
 def distribution_shift() -> PlantedTask:
-    nodes = (Node(name="a0.h0", parents=(), fn=_from_position(2), reads_input=True,
+    nodes = (Node(name="a0.h0", parents=(), fn=_second, reads_input=True,
                   label="second: s = x_2 from position 2 on, else 0"),
-             Node(name="a0.h1", parents=(), fn=_from_position(3), reads_input=True,
+             Node(name="a0.h1", parents=(), fn=_third, reads_input=True,
                   label="third: t = x_3 from position 3 on, else 0"),
              Node(name="m0", parents=("a0.h0", "a0.h1"), fn=_shift_answer, reads_input=True,
                   label="answer: y = x_i + s + t (mod 5)"))
@@ -354,7 +360,7 @@ def distribution_shift() -> PlantedTask:
                  "Distribution shift: y_i = (x_i + x_2 + x_3) mod 5, x_2 counted from position 2 on and x_3 from "
                  "3 on, each carried by a head; trained on resampled interchanges, its methods get minimal pairs "
                  "that replace x_1 alone (token:1), which never change what the two heads carry.", model,
-                 shift_reference)
+                 shift_reference, corruption=SHIFT_CORRUPTION)
 
 
 PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation, "saturation": saturation,

@@ -84,16 +84,19 @@ def _trained(path: Path, root: Path) -> Any:
         return _one_line(lambda: resolve_target(load_entry_dir(path), "trained", root))
 
     task = _planted_task(path.name)
-    return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load, family=entry_family(path.name),
-                      corruption=task.case.corruption if task is not None else "resample")
+    return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load,
+                      family=_family(path.name, task), corruption=task.case.corruption if task else "resample")
 
 
 def entry_family(name: str) -> str:
     """The leaderboard group of an entry folder: a planted model's failure-mode family (or `planted`),
     else `case`."""
+    return _family(name, _planted_task(name))
+
+
+def _family(name: str, task: Any) -> str:
     if not name.startswith("planted-"):
         return "case"
-    task = _planted_task(name)
     return (task.failure_mode if task is not None else None) or "planted"
 
 

@@ -58,8 +58,8 @@ def parse_corruption(spec: str) -> Corruption:
         return Corruption(spec=spec, position=None)
     if (m := _TOKEN.match(spec)) is not None:
         return Corruption(spec=spec, position=int(m.group(1)))
-    raise CorruptionError(f"unknown corruption {spec!r}; allowed: resample, token:K (K = 1, 2, ... or -1, -2, ... "
-                    "from the end)")
+    raise CorruptionError(f"unknown corruption {spec!r}; allowed: resample, token:K (K = 1, 2, ... or -1, -2, "
+                          "... from the end)")
 
 
 def check_corruption(case: Any, spec: str) -> Corruption:
@@ -69,11 +69,11 @@ def check_corruption(case: Any, spec: str) -> Corruption:
     if c.position is None:
         return c
     if getattr(case, "sampler", None) is not None:
-        raise CorruptionError(f"case {case.id} draws its inputs from its own sampler; a token corruption could leave "
-                        "its domain (use --corruption resample)")
+        raise CorruptionError(f"case {case.id} draws its inputs from its own sampler; a token corruption could "
+                              "leave its domain (use --corruption resample)")
     if abs(c.position) > case.min_seq_len:
-        raise CorruptionError(f"corruption {spec}: case {case.id}'s inputs can be as short as {case.min_seq_len} "
-                        f"tokens, so |K| must be at most {case.min_seq_len}")
+        raise CorruptionError(f"corruption {spec}: case {case.id}'s inputs can be as short as "
+                              f"{case.min_seq_len} tokens, so |K| must be at most {case.min_seq_len}")
     if len(case.vocab) < 2:
         raise CorruptionError(f"corruption {spec}: case {case.id} has one token value; nothing to replace it with")
     return c

@@ -166,7 +166,7 @@ def _report_settings(s: Settings, resolved: list[Method], model: Any) -> dict[st
             "device": device_record(device_of(model)).to_json(),  # and so do they on the device
             "method_options": {m.key: dataclasses.asdict(o) for m in resolved
                                if (o := options_of(m)) is not None},
-            "counterfactuals": parse_corruption(s.corruption or "resample").describe(),
+            "counterfactuals": parse_corruption(s.corruption).describe(),  # resolved by evaluate
             "labels": "reference (compiled) model outputs",
             "node_universe": "every head and MLP of the model, zero-weight ones included as negatives",
             "edge_universe": "every head-level edge of the model's graph but inert ground-truth edges "

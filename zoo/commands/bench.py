@@ -17,7 +17,7 @@ LEADERBOARD_FILES = ("leaderboard.json", "leaderboard.csv", "cells.csv", "pairwi
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from zoo.commands.common import add_common, add_device
+    from zoo.commands.common import add_common, add_corruption, add_device
     from eval.methods.registry import BUILTIN_METHOD_KEYS
     from zoo.commands.evaluate import add_method_option
 
@@ -51,10 +51,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (default 100)")
     p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
                    help="how patched components are replaced (default resample)")
-    p.add_argument("--corruption", default=None, metavar="STYLE",
-                   help="how the methods' counterfactuals are made: resample (an independent draw, what SIIT "
-                   "trains with) or token:K (a minimal pair: the clean input with its K-th token replaced; -1 the "
-                   "last); part of the cache key; default each entry's own (resample, but token:1 for the distribution-shift family)")
+    add_corruption(p, "; part of the cache key")
     p.add_argument("--threads", type=int, default=1,
                    help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
                    "and no stall when another process holds a core; more are faster on an idle machine; "

@@ -33,6 +33,15 @@ def add_device(parser: argparse.ArgumentParser) -> None:
                         "device, its name, dtype and torch threads are recorded with them")
 
 
+def add_corruption(parser: argparse.ArgumentParser, extra: str = "") -> None:
+    """--corruption: the counterfactuals methods contrast with (eval.core.corruption)."""
+    parser.add_argument("--corruption", default=None, metavar="STYLE",
+                        help="how the methods' counterfactuals are made: resample (an independent draw, what SIIT "
+                        "trains with) or token:K (a minimal pair: the clean input with its K-th token replaced; -1 "
+                        f"the last){extra}; default the entry's own (resample, but token:1 for the "
+                        "distribution-shift family)")
+
+
 def device_from(args: argparse.Namespace):
     """--device as `cpu` or `cuda:N`, or a one-line ZooError (exit 2) for a GPU this machine lacks."""
     from zoo.loader import device_or_error

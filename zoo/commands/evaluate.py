@@ -39,7 +39,7 @@ def methods_with_options(names: list[str], items: list[str]) -> list:
 
 
 def register(sub: argparse._SubParsersAction) -> None:
-    from zoo.commands.common import add_common, add_device
+    from zoo.commands.common import add_common, add_corruption, add_device
 
     p = sub.add_parser(
         "eval", help="score circuit-discovery methods against an entry's ground-truth circuit",
@@ -60,10 +60,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--n", type=int, default=200, help="inputs per run (default 200)")
     p.add_argument("--ablation", choices=("resample", "mean", "zero"), default="resample",
                    help="how ablated components are replaced (default resample)")
-    p.add_argument("--corruption", default=None, metavar="STYLE",
-                   help="how the methods' counterfactuals are made: resample (an independent draw, what SIIT "
-                   "trains with) or token:K (a minimal pair: the clean input with its K-th token replaced; -1 the "
-                   "last); default the entry's own (resample, but token:1 for the distribution-shift family)")
+    add_corruption(p)
     p.add_argument("--behaviour", choices=("normalized", "accuracy"), default="normalized",
                    help="CAUSAL-BENCH behaviour β (default normalized logit difference)")
     p.add_argument("--stability-seeds", type=int, default=10, metavar="K",

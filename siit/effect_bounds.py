@@ -61,16 +61,16 @@ def effect_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int
     cells: dict[str, dict[str, dict[str, Any]]] = {}
     for length in sorted(set(d.lengths.tolist())):
         cells[str(length)] = {}
-        for shape in _shape_names(d):
+        for shape in shape_names(d):
             rows = (d.lengths == length) & (d.shape_ids == SHAPES.index(shape))
             distinct = len({d.seqs[i] for i in rows.nonzero().flatten().tolist()})
-            cells[str(length)][shape] = {kind: _cell(changed[kind][:, rows], lm[rows], outside, distinct, confidence)
+            cells[str(length)][shape] = {kind: cell_of(changed[kind][:, rows], lm[rows], outside, distinct, confidence)
                                          for kind in BOUND_ABLATIONS}
     flat = [dict(c, length=int(length), shape=shape, ablation=kind)
             for length, by_shape in cells.items() for shape, by_kind in by_shape.items() for kind, c in by_kind.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
     return {"bound": bound, "confidence": confidence, "unit": "sequence", "n_per_length": n, "seed": seed,
-            "pairing": PAIRING, "input_shapes": _shape_names(d), "ablations": list(BOUND_ABLATIONS),
+            "pairing": PAIRING, "input_shapes": shape_names(d), "ablations": list(BOUND_ABLATIONS),
             "out_of_circuit_nodes": len(outside), "n_sequences": len(d),
             "max_effect": max((c["effect"] for c in flat), default=0.0),
             "max_upper_95": max((c["upper_95"] for c in flat), default=0.0),
@@ -86,16 +86,16 @@ def effect_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int
                           f"<= {bound}; exact: every effect <= {bound}"}
 
 
-def bound_evaluator(evaluator: Evaluator, task: Any, n: int, seed: int) -> Evaluator:
-    """The fresh sample (n sequences per length, in the evaluator's shapes) with its resample
-    sources (PAIRING), on the evaluator's device; it holds no IIT targets (none needed)."""
+def bound_evaluator(evaluator: Evaluator, task: Any, n: int, seed: int, shapes: list[str] | None = None) -> Evaluator:
+    """The fresh sample (n sequences per length, in the evaluator's shapes, or `shapes`) with its
+    resample sources (PAIRING), on the evaluator's device; it holds no IIT targets (none needed)."""
     seqs = [s for group in stratified_sample(task.case, n, seed).values() for s in group]
     tokens, mask = task.encoding.encode(seqs)
     labels = as_high_level(task.high_level(), task.case.task_kind).run(tokens, mask)[0]
     base = Dataset(tokens=tokens, mask=mask, lengths=mask.sum(1) - 1, labels=labels,
                    high_acts=torch.zeros(0, len(seqs)), seqs=tuple(seqs))
     gen = torch.Generator().manual_seed(seed)
-    shapes = _shape_names(evaluator.data)
+    shapes = shape_names(evaluator.data) if shapes is None else shapes
     data = with_shapes(base, shapes, gen)
     first = pair_sources(base.lengths, torch.arange(len(base)), PAIRING, gen)
     sources = torch.cat([first + k * len(base) for k in range(len(shapes))])
@@ -120,7 +120,7 @@ def stratified_sample(case: Any, n: int, seed: int) -> dict[int, list[tuple]]:
     return dict(sorted(kept.items()))
 
 
-def _shape_names(data: Dataset) -> list[str]:
+def shape_names(data: Dataset) -> list[str]:
     if data.shape_ids is None:
         return ["padded"]
     return [SHAPES[i] for i in sorted(set(data.shape_ids.tolist()))]
@@ -144,7 +144,7 @@ def _changes(model: Transformer, ev: Evaluator, outside: list[str]) -> dict[str,
     return out
 
 
-def _cell(changed: torch.Tensor, labelled: torch.Tensor, nodes: list[str], distinct: int,
+def cell_of(changed: torch.Tensor, labelled: torch.Tensor, nodes: list[str], distinct: int,
           confidence: float) -> dict[str, Any]:
     """One (length, shape, ablation): changed bool [nodes, n, T] on those n sequences -> the
     node-max effect, changed sequences and upper bound."""

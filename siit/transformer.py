@@ -33,7 +33,7 @@ import torch
 from torch import nn
 from torch.nn import functional as F
 
-from siit.edges import EdgeLayout
+from siit.edge_patch import EdgePatch, add_rows, repeat_rows_to
 
 _ACT_FNS = {"relu": F.relu, "gelu": F.gelu}  # TL's "gelu" is F.gelu (exact erf form)
 
@@ -58,6 +58,10 @@ class Patch:
     input_values: torch.Tensor | None = None
     """[b, pos, d_model]: the replacement of the `input` sender (the source's embedding); needed
     with `edges`."""
+    clean: tuple[torch.Tensor, torch.Tensor] | None = None
+    """(node activations [n_layers, b, pos, n_heads + 1, d_model], input embedding [b, pos, d_model])
+    of the unpatched run: what the senders before a later `start` wrote, which edge patching then
+    reads instead of running their blocks (siit.edge_patch). Needed with `edges` and a later start."""
 
 
 class _Params(nn.Module):
@@ -149,14 +153,14 @@ class Transformer(nn.Module):
             first, x = start
             if patch is not None and bool(patch.mask[:, :first].any()):
                 raise ValueError(f"a run that starts at block {first} cannot patch an earlier block")
-            x = _repeat_rows_to(x, tokens.shape[0])
+            x = repeat_rows_to(x, tokens.shape[0])
         allowed = self._allowed(real, present)
         # one view per layer, taken once: indexing the stacked values in every block made the
         # backward build a zero tensor of all layers' size per read (O(n_layers²) fills and adds;
         # the same gradient values)
         values = None if patch is None else patch.values.unbind(0)
         H = self.n_heads
-        edges = None if patch is None or patch.edges is None else _Edges(patch, x, first, EdgeLayout(self.n_layers, H))
+        edges = None if patch is None or patch.edges is None else EdgePatch(patch, x, first, self.n_layers, H)
         acts = []
         for layer in range(first, self.n_layers):
             block = self.blocks[layer]
@@ -287,7 +291,7 @@ class Transformer(nn.Module):
         v = torch.einsum("btd,hdk->bhtk", x, attn.W_V) + attn.b_V[:, None]
         if deltas is not None:
             (a, b), delta = deltas
-            q, k, v = (_add_rows(t, a, b, torch.einsum("bthd,hdk->bhtk", dt, W))
+            q, k, v = (add_rows(t, a, b, torch.einsum("bthd,hdk->bhtk", dt, W))
                        for t, dt, W in zip((q, k, v), delta.chunk(3, dim=2), (attn.W_Q, attn.W_K, attn.W_V)))
         z = self._attend(q, k, v, allowed)  # [B, H, T, k]
         return torch.einsum("bhtk,hkd->bthd", z, attn.W_O)
@@ -306,66 +310,6 @@ class Transformer(nn.Module):
     def _scores(self, q: torch.Tensor, k: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         scores = q @ k.transpose(-1, -2) / math.sqrt(self.d_head)
         return scores if allowed is None else scores.masked_fill(~allowed, float("-inf"))
-
-
-class _Edges:
-    """One forward pass's edge patching (Patch.edges): the difference replacement - own output of
-    every sender written so far, and each reader's input with the patched senders' differences
-    added (reader r reads x + sum over patched u of (replacement_u - written_u))."""
-
-    def __init__(self, patch: Patch, x: torch.Tensor, first: int, layout: EdgeLayout) -> None:
-        if first != 0 or patch.input_values is None:
-            raise ValueError("edge patching runs from the embedding and needs the input's replacement")
-        B = x.shape[0]
-        self.layout = layout
-        self.a, self.b = patch.edge_rows or (0, B)
-        self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
-        self.n = B
-        # differences carry no gradient: edge strictness teaches readers to ignore what they must
-        # not read, not senders to stop varying (through them it flattened case 29's busy nodes,
-        # distractor R² stuck at 0.78); node strictness still reaches the senders
-        self.diffs = [(self._rows(patch.input_values) - x[self.a : self.b]).detach()]  # per sender [b - a, T, d]
-
-    def _rows(self, values: torch.Tensor) -> torch.Tensor:
-        """The replacement values of the edge rows (Patch.values' row r mod b rule)."""
-        return _repeat_rows_to(values, self.n)[self.a : self.b]
-
-    def wrote(self, values: torch.Tensor, out: torch.Tensor) -> None:
-        """Senders of one kind just written: values [b, T, n, d] (replacements), out [B, T, n, d]."""
-        self.diffs += list((self._rows(values) - out[self.a : self.b]).detach().unbind(2))
-
-    def _delta(self, readers: slice) -> torch.Tensor:
-        """[rows, T, r, d]: what each reader of `readers` adds to the residual stream it reads."""
-        diffs = torch.stack(self.diffs, dim=2)  # [rows, T, u, d]
-        return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], readers], diffs)
-
-    def head_deltas(self, layer: int) -> tuple[tuple[int, int], torch.Tensor]:
-        r0, H = self.layout.first_reader(layer), self.layout.n_heads
-        return (self.a, self.b), self._delta(slice(r0, r0 + 3 * H))
-
-    def mlp_input(self, x: torch.Tensor, layer: int) -> torch.Tensor:
-        r = self.layout.first_reader(layer) + 3 * self.layout.n_heads
-        return _add_rows(x, self.a, self.b, self._delta(slice(r, r + 1))[:, :, 0])
-
-    def logits_input(self, x: torch.Tensor) -> torch.Tensor:
-        return _add_rows(x, self.a, self.b, self._delta(slice(self.edges.shape[2] - 1, None))[:, :, 0])
-
-
-def _add_rows(x: torch.Tensor, a: int, b: int, delta: torch.Tensor) -> torch.Tensor:
-    """x with delta added to rows a..b-1 (out of place, for autograd)."""
-    if (a, b) == (0, x.shape[0]):
-        return x + delta
-    return torch.cat([x[:a], x[a:b] + delta, x[b:]])
-
-
-def _repeat_rows_to(x: torch.Tensor, batch: int) -> torch.Tensor:
-    """[b, ...] -> [batch, ...], b = batch or a divisor of it (row r takes row r mod b)."""
-    b = x.shape[0]
-    if b == batch:
-        return x
-    if batch % b:
-        raise ValueError(f"a start state of {b} rows does not divide the batch of {batch}")
-    return x.repeat(batch // b, *([1] * (x.dim() - 1)))
 
 
 def _replace_rows(mask: torch.Tensor, values: torch.Tensor, out: torch.Tensor) -> torch.Tensor:

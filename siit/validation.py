@@ -14,7 +14,8 @@ resample effect is 0 is flagged `inert`: it cannot matter on these pairs (REFERE
 
 The validation set has about 100 sequences per length, too few to see an effect of 0.01; given the
 task, `effect_bounds` (siit.effect_bounds) proves the out-of-circuit bound on a fresh sample of
-BOUND_N sequences per length, with a Clopper-Pearson upper bound per length, shape and ablation.
+BOUND_N sequences per length, with a Clopper-Pearson upper bound per length, shape and ablation, and
+`edge_bounds` (siit.edge_bounds) the same bound for every edge outside the circuit patched alone.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import Any
 import torch
 
 from eval.core.device import device_of, device_record
+from siit.edge_bounds import edge_bounds
 from siit.effect_bounds import effect_bounds
 from siit.interventions import ablation_values, node_activations
 from siit.logit_shifts import logit_shifts
@@ -58,7 +60,8 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *
     ]
     outside_rows = [r for r in node_rows if not r["in_circuit"]]
     shapes, lm = effects.shapes, data.label_mask
-    bounds = {} if task is None else {"effect_bounds": effect_bounds(model, evaluator, task)}
+    bounds = {} if task is None else {"effect_bounds": effect_bounds(model, evaluator, task),
+                                      "edge_bounds": edge_bounds(model, evaluator, task)}
     if corr.joint:  # a redundant circuit: how far one copy moves the logits beside the copies together
         bounds["logit_shifts"] = logit_shifts(model, evaluator, acts)
     high = task.high_level() if hasattr(task, "high_level") else None

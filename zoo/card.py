@@ -20,6 +20,7 @@ from typing import Any
 
 import yaml
 
+from zoo.card_bounds import bound_sentence, edge_bound_sentence, edge_lines
 from zoo.card_looks import battery_text
 from zoo.card_tasks import tasks_text
 from zoo.hub_metadata import cell, scalar_fields, validation_figures
@@ -89,61 +90,11 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
         "per input length (in the input shape where it is largest; n_sequences: validation inputs of that length)")
     sentence = bound_sentence(validation.get("effect_bounds"))
     lines += ["", f"Out-of-circuit bound on a fresh sample: {sentence}."] if sentence else []
-    lines += _edge_lines(validation.get("edge_effects"))
+    lines += edge_lines(validation.get("edge_effects"))
+    if sentence := edge_bound_sentence(validation.get("edge_bounds")):
+        lines += ["", f"Edge-level bound on a fresh sample: {sentence}."]
     lines += [f"\nTrained {saturation_line(r)} (siit.saturation)." for r in validation.get("saturation") or ()]
     return "\n".join(lines)
-
-
-def bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
-    """validation.json's `effect_bounds` (siit.effect_bounds) in one sentence: exact or not, resolved
-    or not, with the worst cell; None for an entry without it. The card and the CLI (markdown=False)
-    print it."""
-    if not isinstance(bounds, dict) or "exact" not in bounds:
-        return None
-    b, c = ("**", "`") if markdown else ("", "")
-    w = bounds.get("worst") if isinstance(bounds.get("worst"), dict) else {}
-    conf = bounds.get("confidence")
-    verdict = (f"{b}exact{b}" if bounds["exact"] else f"{b}NOT exact{b}") + (
-        ", resolved" if bounds.get("resolved") else f", {b}not resolved{b} (an upper bound above it)")
-    where = (f"node {c}{cell(w.get('node'))}{c}, " if w.get("node") else "") + (
-        f"length {cell(w.get('length'))}, {cell(w.get('shape'))} inputs, {cell(w.get('ablation'))} ablation, "
-        f"{cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} sequences changed")
-    return (f"{verdict} at bound {_fine(bounds.get('bound'))}: largest out-of-circuit node effect "
-            f"{_fine(bounds.get('max_effect'))}, largest {f'{conf:.0%}' if isinstance(conf, float) else '-'} upper "
-            f"bound {_fine(bounds.get('max_upper_95'))} ({cell(bounds.get('n_per_length'))} fresh sequences per "
-            f"input length and shape, the sequence as unit; worst: {where})")
-
-
-def _fine(value: Any) -> str:
-    """A bound-sized figure: 4 decimals (0.00994 is not 0.010)."""
-    return f"{value:.4f}" if isinstance(value, float) else cell(value)
-
-
-def _edge_lines(edges: Any) -> list[str]:
-    """Whether the edge labels hold under patching (validation.json's edge_effects, zoo.edge_exactness)."""
-    if not isinstance(edges, dict) or not edges:
-        return []
-    if edges.get("skipped"):
-        return ["", f"Edge-level ground truth: not measured at training time ({cell(edges['skipped'])})."]
-    above = edges.get("out_of_circuit_edges_above_bound") or []
-    if edges.get("exact"):
-        worst = f", `{cell(edges['worst_edge'])}`" if edges.get("worst_edge") else ""
-        verdict = (f"**exact**: no edge outside the circuit moves an output on more than {cell(edges.get('bound'))} "
-                   f"of labelled positions (largest {cell(edges.get('max_out_of_circuit_edge_effect'))}{worst})")
-    else:
-        shown = ", ".join(f"`{cell(e)}` {cell(v)}" for e, v in above[:8] if isinstance(e, str))
-        verdict = (f"**NOT exact**: {len(above)} edge(s) outside the circuit move outputs on more than "
-                   f"{cell(edges.get('bound'))} of labelled positions ({shown}). The node-level circuit holds "
-                   "(above); which paths between nodes the model uses does not match the labelled edges, so "
-                   "score edge-level methods on this entry with care")
-    if "upper_95" in edges:  # the sequence as unit (entries before it printed a rule of three over positions)
-        seen = (f"95% upper bound {_fine(edges.get('upper_95'))} on the inputs a non-circuit edge changes, "
-                f"{'resolved' if edges.get('resolved') else 'not resolved'}")
-    else:
-        seen = f"resolution about {cell(edges.get('resolution'))}"
-    return ["", f"Edge-level ground truth ({cell(edges.get('n'))} padded inputs, each q/k/v edge patched alone, "
-            f"resample; {seen}): {verdict}. Circuit edges: smallest effect "
-            f"{cell(edges.get('min_circuit_edge_effect'))}, median {cell(edges.get('median_circuit_edge_effect'))}."]
 
 
 def _largest_effect_lines(table: Any, key: str, what: str) -> list[str]:

@@ -69,7 +69,8 @@ def _task_row(task: Any, result: Any, validation: dict[str, Any]) -> dict[str, A
             "accuracy": m["accuracy"], "iia_min": m["iia_min"], "siia_min": m["siia_min"],
             "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],
             "effect_bounds_exact": bounds.get("exact"), "edges_exact": edges.get("exact"),
-            "max_out_of_circuit_edge_effect": edges.get("max_out_of_circuit_edge_effect")}
+            "max_out_of_circuit_edge_effect": edges.get("max_out_of_circuit_edge_effect"),
+            "edge_bounds_exact": (validation.get("edge_bounds") or {}).get("exact")}
 
 
 def _battery_all_tasks(result: Any, view: Any, device: Any) -> dict[str, Any]:

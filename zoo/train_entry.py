@@ -273,6 +273,10 @@ def entry_summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[
             "exact", "resolved", "max_effect", "max_upper_95", "bound", "confidence", "n_per_length", "worst")},
         "edge_effects": {k: (validation.get("edge_effects") or {}).get(k) for k in (
             "exact", "max_out_of_circuit_edge_effect", "worst_edge", "bound", "skipped")},
+        "edge_bounds": {k: (validation.get("edge_bounds") or {}).get(k) for k in (
+            "exact", "resolved", "max_effect", "max_upper_95", "bound", "n_per_length", "out_of_circuit_edges",
+            "input_shapes", "measured_shapes", "worst",
+            "skipped")},
         "distractor_r2_min": m.get("distractor_r2_min"),
         "by_shape": m.get("by_shape"),
         "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},

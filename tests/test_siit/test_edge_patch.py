@@ -129,3 +129,46 @@ def test_sampling_draws_only_non_circuit_edges() -> None:
         assert drawn.any(dim=(1, 2)).all()  # every row patches something
     one = sample_edges(nc, 50, "one", gen)
     assert (one.sum(dim=(1, 2)) == 1).all()
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_a_run_started_at_the_readers_block_equals_the_whole_run(causal: bool) -> None:
+    """Patch.clean: an edge into block l run from l on (the earlier senders' differences taken from
+    the clean run) gives the logits of the run from the embedding, for one edge per row (the gather
+    path) and for rows with several (the batched-matmul path)."""
+    model, tokens, mask, clean, src, embeds = _runs(causal)
+    layout = EdgeLayout(model.n_layers, model.n_heads)
+    B, valid = tokens.shape[0], layout.valid()
+    resid = model.residuals(tokens, mask, clean)
+    none = torch.zeros(B, model.n_layers, model.n_heads + 1, dtype=torch.bool)
+    for layer in range(1, model.n_layers + 1):
+        readers = [r for r in range(valid.shape[1]) if r // layout.first_reader(1) == layer]
+        for several in (False, True):
+            edges = torch.zeros(B, *valid.shape, dtype=torch.bool)
+            for row in range(B):
+                r = readers[row % len(readers)]
+                senders = valid[:, r].nonzero().flatten()
+                edges[row, senders[row % len(senders)], r] = True
+                if several:
+                    edges[row, senders[-1], r] = True
+            with torch.no_grad():
+                whole = model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1]))[0]
+                late = model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1],
+                                                 clean=(clean, embeds[0])), start=(layer, resid[layer]))[0]
+            torch.testing.assert_close(late, whole, atol=1e-5, rtol=1e-5)
+            assert (whole - model(tokens, mask)[0]).abs().max() > 1e-3  # the patches do something
+
+
+def test_a_later_start_refuses_an_edge_into_an_earlier_block() -> None:
+    model, tokens, mask, clean, src, embeds = _runs(True)
+    layout = EdgeLayout(model.n_layers, model.n_heads)
+    B = tokens.shape[0]
+    edges = torch.zeros(B, *layout.shape, dtype=torch.bool)
+    edges[:, 0, 0] = True  # input -> a0.h0<q>
+    none = torch.zeros(B, model.n_layers, model.n_heads + 1, dtype=torch.bool)
+    resid = model.residuals(tokens, mask, clean)
+    with pytest.raises(ValueError, match="earlier block"):
+        model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1], clean=(clean, embeds[0])),
+              start=(1, resid[1]))
+    with pytest.raises(ValueError, match="clean run"):
+        model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1]), start=(1, resid[1]))

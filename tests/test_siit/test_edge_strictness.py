@@ -103,6 +103,16 @@ def test_an_inexact_edge_fails_an_entry_trained_with_edges_only() -> None:
     skipped = {"edge_effects": {"skipped": "32491 q/k/v edges > 5000"}}
     assert with_edge_verdict(fake(TrainConfig(strict_edges=True), True), skipped).met_criterion is True
     assert result.met_criterion  # the namespace is not touched
+    # the per-length bound on a fresh sample (siit.edge_bounds) fails it as well, with padded inputs exact
+    short = {"edge_effects": {"exact": True}, "edge_bounds": {
+        "exact": False, "bound": 0.01, "worst": {"edge": "m0->m1", "effect": 0.02, "length": 3,
+                                                 "changed_sequences": 9, "n_sequences": 300}}}
+    assert with_edge_verdict(fake(TrainConfig(strict_edges=True), True), short).met_criterion is False
+    assert with_edge_verdict(fake(TrainConfig(strict_edges=False), True), short).met_criterion is True
+    unresolved = {"edge_effects": {"exact": True}, "edge_bounds": {"exact": True, "resolved": False}}
+    assert with_edge_verdict(fake(TrainConfig(strict_edges=True), True), unresolved).met_criterion is True
+    too_many = {"edge_effects": {"exact": True}, "edge_bounds": {"skipped": "32000 non-circuit q/k/v edges > 5000"}}
+    assert with_edge_verdict(fake(TrainConfig(strict_edges=True), True), too_many).met_criterion is True
 
 
 def test_edge_checks_draw_counterfactuals_of_any_length(compiled) -> None:

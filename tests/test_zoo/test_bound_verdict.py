@@ -18,7 +18,8 @@ from siit.data import SHAPES
 from siit.effect_bounds import BOUND_N, effect_bounds
 from siit.train_setup import prepare
 from siit.transformer import Transformer
-from zoo.card import bound_sentence, render_model_card
+from zoo.card import render_model_card
+from zoo.card_bounds import bound_sentence
 from zoo.train_entry import with_bound_verdict
 
 MOVED = 6  # of BOUND_N = 300 sequences: 2%

@@ -213,18 +213,29 @@ def run_train(args: argparse.Namespace) -> int:
     else:
         _print_summary(summary)
     if not result.met_criterion:
-        edges = summary["edge_effects"]
-        edge = (f", edge {edges['worst_edge']} effect {edges['max_out_of_circuit_edge_effect']} > bound {edges['bound']}"
-                if result.config.trains_edges and edges.get("exact") is False else "")
-        bounds, w = summary["effect_bounds"], summary["effect_bounds"].get("worst") or {}
-        if bounds.get("exact") is False:
-            edge += (f", node {w['node']} effect {w['effect']} > bound {bounds['bound']} at length {w['length']} "
-                     f"({w['shape']}, {w['ablation']})")
+        edge = _bounds_missed(summary, result.config.trains_edges)
         raise CriterionNotMet(
             f"{case.family} {case.id}: criterion {result.config.criterion} not met after {result.steps} steps "
             f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
             f"SIIA min {summary['siia_min']:.4f}{edge}); entry written to {trained.dest} with met_criterion=false")
     return 0
+
+
+def _bounds_missed(summary: dict, trains_edges: bool) -> str:
+    """The bounds a failed entry missed, for its one-line error: its edges' (when it trained them)
+    on padded inputs and per length, and its out-of-circuit nodes'."""
+    out = ""
+    edges, eb = summary["edge_effects"], summary.get("edge_bounds") or {}
+    if trains_edges and edges.get("exact") is False:
+        out += f", edge {edges['worst_edge']} effect {edges['max_out_of_circuit_edge_effect']} > bound {edges['bound']}"
+    if trains_edges and eb.get("exact") is False:
+        w = eb["worst"]
+        out += f", edge {w['edge']} effect {w['effect']} > bound {eb['bound']} at length {w['length']}"
+    bounds, w = summary["effect_bounds"], summary["effect_bounds"].get("worst") or {}
+    if bounds.get("exact") is False:
+        out += (f", node {w['node']} effect {w['effect']} > bound {bounds['bound']} at length {w['length']} "
+                f"({w['shape']}, {w['ablation']})")
+    return out
 
 
 def _selection(args: argparse.Namespace):
@@ -283,7 +294,7 @@ def _print_summary(s: dict[str, Any]) -> None:
     worst = {k: max(v[k] for v in by_length.values()) for k in ("resample", "mean")}
     print(f"  ... at any one input length ({min(by_length, key=int)}-{max(by_length, key=int)}): "
           f"resample {worst['resample']:.4f}, mean {worst['mean']:.4f} (validation set)")
-    from zoo.card import bound_sentence
+    from zoo.card_bounds import bound_sentence, edge_bound_sentence
     from zoo.train_summary import saturation_line
 
     if sentence := bound_sentence(s.get("effect_bounds"), markdown=False):
@@ -296,6 +307,8 @@ def _print_summary(s: dict[str, Any]) -> None:
         print(f"  edge-level ground truth: {verdict}: largest non-circuit edge effect "
               f"{edges['max_out_of_circuit_edge_effect']:.4f}{f' ({w})' if (w := edges['worst_edge']) else ''}, "
               f"bound {edges['bound']}")
+    if sentence := edge_bound_sentence(s.get("edge_bounds"), markdown=False):
+        print(f"  edge-level bound: {sentence}")
     for row in s.get("saturation") or ():  # a family's saturated heads (siit.saturation)
         print(f"  {saturation_line(row)}")
     sep = s["heuristic_separation"]

@@ -41,6 +41,8 @@ def run_validate(args: argparse.Namespace) -> int:
            "effect_bounds": {k: v for k, v in (validation.get("effect_bounds") or {}).items()
                              if k not in ("definition", "by_length")},
            "edge_effects": {k: v for k, v in validation["edge_effects"].items() if k != "definition"},
+           "edge_bounds": {k: v for k, v in (validation.get("edge_bounds") or {}).items()
+                           if k not in ("definition", "by_length")},
            "heuristic_separation": {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()},
            **({"saturation": validation["saturation"]} if "saturation" in validation else {})}
     if args.json:
@@ -55,7 +57,7 @@ def run_validate(args: argparse.Namespace) -> int:
         print("  largest out-of-circuit effect per input length: " + ", ".join(
             f"{n}: {v['resample']:.3f}/{v['mean']:.3f}" for n, v in validation["max_out_of_circuit_effect_by_length"].items())
             + " (resample/mean)")
-        from zoo.card import bound_sentence
+        from zoo.card_bounds import bound_sentence, edge_bound_sentence
         from zoo.train_summary import saturation_line
 
         if sentence := bound_sentence(validation.get("effect_bounds"), markdown=False):
@@ -67,6 +69,8 @@ def run_validate(args: argparse.Namespace) -> int:
             print(f"  edge-level ground truth: {'exact' if edges['exact'] else 'NOT exact'}: largest non-circuit "
                   f"edge effect {edges['max_out_of_circuit_edge_effect']:.3f}{f' ({w})' if (w := edges['worst_edge']) else ''}, "
                   f"{len(edges['out_of_circuit_edges_above_bound'])} edge(s) above {edges['bound']}")
+        if sentence := edge_bound_sentence(validation.get("edge_bounds"), markdown=False):
+            print(f"  edge-level bound: {sentence}")
         for row in validation.get("saturation") or ():  # a family's saturated heads (siit.saturation)
             print(f"  {saturation_line(row)}")
         sep = {k: v["separation"] for k, v in validation["realism"]["heuristics"].items()}

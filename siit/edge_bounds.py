@@ -1,0 +1,126 @@
+"""A trained model + its task -> validation.json's `edge_bounds`: the edge-level bound (no edge outside
+the labelled circuit moves more than BOUND of the outputs) proved on siit.effect_bounds' fresh sample, at
+every input length and in every input shape the model is validated in.
+
+zoo.edge_exactness patches every q/k/v edge of the exported weights on padded inputs of mixed lengths
+(eval's patching task): an edge that moves only short inputs is diluted by the long ones there, and a
+shape other than padded is never fed. Here every edge outside the circuit (siit.edges.EdgeLayout.non_circuit:
+outside the high-level graph mapped onto the model, including an edge between two circuit nodes that the
+graph lacks; a labelled head edge labels its q, k and v parts) is patched alone, as edge-level strictness
+trains it and as eval's exact edge patching does it: reader r reads sender u's output on the source, the
+rest of the model its own. Resample only (the ablation methods use for edges; the node bound adds mean
+ablation), with the node bound's sample and sources: BOUND_N sequences per length in every shape, each
+source drawn independently of the base's length.
+
+The unit is the sequence (siit.effect_bounds): per length, shape and edge, the fraction of labelled
+positions whose output changes, and per (length, shape) the one-sided Clopper-Pearson bound on the
+fraction of sequences any one edge changes (`upper_95`, 0.00994 with none in 300: resolved).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from siit.edges import EdgeLayout
+from siit.data import SHAPES
+from siit.effect_bounds import BOUND, BOUND_N, BOUND_SEED, CONFIDENCE, bound_evaluator, cell_of, shape_names
+from siit.high_level import as_task
+from siit.interventions import node_activations, repeat_rows
+from siit.losses import agree, predictions
+from siit.metrics import Evaluator
+from siit.transformer import Patch, Transformer
+
+EDGE_LIMIT = 5000
+"""More non-circuit q/k/v edges than this are not patched here (causal-bench-12x12 has ~32,000):
+tests/benchmarks/bench_edge_exactness.py measures such a model."""
+_MAX_ROWS = 8192  # rows per patched forward pass (siit.metrics' budget)
+
+
+def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int = BOUND_N,
+                seed: int = BOUND_SEED, bound: float = BOUND, confidence: float = CONFIDENCE,
+                limit: int = EDGE_LIMIT) -> dict[str, Any]:
+    """validation.json's `edge_bounds` (see the module docstring) of `model`, whose circuit is
+    `task`'s high-level graph mapped by `evaluator`'s correspondence, on the fresh sample
+    siit.effect_bounds draws (n sequences per length, seed) in the evaluator's shapes."""
+    task = as_task(task)
+    layout = EdgeLayout(model.n_layers, model.n_heads)
+    outside = layout.non_circuit(evaluator.correspondence.map_circuit(task.graph).edges)
+    names = [f"{s}->{r}" for s, r in layout.names(outside)]
+    head = {"bound": bound, "confidence": confidence, "unit": "sequence", "n_per_length": n, "seed": seed,
+            "ablation": "resample", "out_of_circuit_edges": len(names)}
+    if len(names) > limit:
+        return {**head, "skipped": f"{len(names)} non-circuit q/k/v edges > {limit}: measure with "
+                                   "tests/benchmarks/bench_edge_exactness.py"}
+    shapes = shape_names(evaluator.data)
+    # under causal attention PAD comes after every real token and is never attended: each shape
+    # computes the same at every real position (siit.data.SHAPES), so the padded copy stands for all
+    # (the node bound runs all three: their cells were equal on every entry); bidirectional: each
+    measured = ["padded"] if model.causal and "padded" in shapes else shapes
+    ev = bound_evaluator(evaluator, task, n, seed, measured)
+    changed = edge_changes(model, ev, outside.nonzero())  # bool [E, N, T]
+    d, lm = ev.data, ev.data.label_mask
+    cells: dict[str, dict[str, dict[str, Any]]] = {}
+    for length in sorted(set(d.lengths.tolist())):
+        cells[str(length)] = {}
+        for shape in measured:
+            rows = (d.lengths == length) & (d.shape_ids == SHAPES.index(shape))
+            distinct = len({d.seqs[i] for i in rows.nonzero().flatten().tolist()})
+            c = cell_of(changed[:, rows], lm[rows], names, distinct, confidence)
+            cells[str(length)][shape] = {("edge" if k == "node" else k): v for k, v in c.items()}
+    flat = [dict(c, length=int(length), shape=shape) for length, by_shape in cells.items()
+            for shape, c in by_shape.items()]
+    worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
+    return {**head, "input_shapes": shapes, "measured_shapes": measured,
+            "shapes_rule": ("causal attention: every shape computes the same at real positions, the padded one "
+                            "is measured for all" if measured != shapes else "every shape measured"),
+            "n_sequences": len(d),
+            "max_effect": max((c["effect"] for c in flat), default=0.0),
+            "max_upper_95": max((c["upper_95"] for c in flat), default=0.0),
+            "resolved": all(c["upper_95"] <= bound for c in flat),
+            "exact": all(c["effect"] <= bound for c in flat),
+            "worst": None if worst is None else {k: worst[k] for k in (
+                "edge", "length", "shape", "effect", "changed_sequences", "n_sequences", "upper_95")},
+            "by_length": cells,
+            "definition": f"per input length and shape, over every q/k/v edge outside the circuit patched alone "
+                          f"(resample) on {n} fresh sequences per length: the largest fraction of labelled "
+                          f"positions whose output changes (effect) and the {confidence:.0%} Clopper-Pearson upper "
+                          f"bound on the fraction of sequences one edge changes (upper_95); resolved: every "
+                          f"upper_95 <= {bound}; exact: every effect <= {bound}"}
+
+
+def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor) -> torch.Tensor:
+    """bool [E, N, T]: labelled positions whose output changes (regression: by the tolerance or
+    more) when edge (u, r) of `edges` (long [E, 2], EdgeLayout indices) alone reads the source's
+    sender output (ev.sources), against the unpatched run. Edges are run grouped by their reader's
+    block, each group from that block on (the blocks before it compute the clean run)."""
+    d = ev.data
+    n, dev = len(d), d.tokens.device
+    layout = EdgeLayout(model.n_layers, model.n_heads)
+    with torch.no_grad():
+        acts = node_activations(model, d.tokens, d.mask, d.present)
+        clean = ev.run_groups(model, torch.zeros(1, model.n_layers, model.n_heads + 1, dtype=torch.bool), acts=acts)[0]
+        embedding = model.input_embedding(d.tokens, d.mask)
+        resid = model.residuals(d.tokens, d.mask, acts)  # [L + 1, N, T, d_model]
+        values, inputs = acts[:, ev.sources], embedding[ev.sources]
+    out = torch.zeros(edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
+    block = edges[:, 1] // layout.first_reader(1)  # the reader's block (logits: n_layers)
+    per_chunk = max(1, _MAX_ROWS // n)
+    with torch.no_grad():
+        for layer in block.unique().tolist():
+            index = (block == layer).nonzero().flatten()
+            for start in range(0, index.shape[0], per_chunk):
+                rows = index[start : start + per_chunk]
+                g = rows.shape[0]
+                one = torch.zeros(g, *layout.shape, dtype=torch.bool, device=dev)
+                one[torch.arange(g, device=dev), edges[rows, 0].to(dev), edges[rows, 1].to(dev)] = True
+                patch = Patch(mask=torch.zeros(g * n, model.n_layers, model.n_heads + 1, dtype=torch.bool, device=dev),
+                              values=values, edges=one.repeat_interleave(n, dim=0), input_values=inputs,
+                              clean=(acts, embedding))
+                present = None if d.present is None else repeat_rows(d.present, g)
+                logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), patch, present=present,
+                               start=(layer, resid[layer]))[0]
+                preds = predictions(logits, ev.task_kind).reshape(g, n, -1)
+                out[rows] = (~agree(preds, clean[None], ev.task_kind, ev.tolerance) & d.label_mask[None]).cpu()
+    return out

@@ -1,0 +1,107 @@
+"""One forward pass's edge patching (siit.transformer.Patch.edges): reader r reads sender u's replacement
+instead of what u wrote in this run, every other reader of u what u wrote.
+
+What a reader adds to the residual stream it reads is the difference replacement - written of every
+patched sender (the projections are linear, so siit.transformer projects only the differences). A run
+that starts at a later block (Patch.clean: the unpatched run's node activations and embedding) takes the
+earlier senders' differences from those instead of running their blocks: an edge into block l changes
+nothing before l, so validation's single-edge patches (siit.edge_bounds) run only from their reader's
+block on. Readers no row patches add nothing and cost nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from siit.edges import EdgeLayout
+
+
+class EdgePatch:
+    """The patched senders' differences so far, and each reader's input with them added (reader r
+    reads x + sum over patched u of (replacement_u - written_u))."""
+
+    def __init__(self, patch: Any, x: torch.Tensor, first: int, n_layers: int, n_heads: int) -> None:
+        if patch.input_values is None:
+            raise ValueError("edge patching needs the input's replacement (Patch.input_values)")
+        if first and patch.clean is None:
+            raise ValueError("an edge-patched run that starts at a later block needs the clean run (Patch.clean)")
+        B = x.shape[0]
+        self.layout = EdgeLayout(n_layers, n_heads)
+        self.a, self.b = patch.edge_rows or (0, B)
+        self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
+        self.n = B
+        self.active = patch.edges.any(dim=0).any(dim=0).tolist()  # per reader: does any row patch it?
+        # rows that patch one edge each (validation's single edges): a gather, not a batched matmul
+        counts = patch.edges.flatten(1).sum(dim=1)
+        self.single = None
+        if bool((counts == 1).all()):
+            flat = patch.edges.flatten(1).float().argmax(dim=1)
+            self.single = (flat // patch.edges.shape[2], flat % patch.edges.shape[2])  # (sender, reader) per row
+        if any(self.active[: self.layout.first_reader(first)]):
+            raise ValueError(f"a run that starts at block {first} cannot patch an edge into an earlier block")
+        # differences carry no gradient: edge strictness teaches readers to ignore what they must
+        # not read, not senders to stop varying (through them it flattened case 29's busy nodes,
+        # distractor R² stuck at 0.78); node strictness still reaches the senders
+        if first == 0:
+            self.diffs = [(self._rows(patch.input_values) - x[self.a : self.b]).detach()]  # per sender [b - a, T, d]
+        else:
+            values, (acts, embedding) = patch.values, patch.clean
+            self.diffs = [(self._rows(patch.input_values) - self._rows(embedding)).detach()]
+            for layer in range(first):
+                self.diffs += list((self._rows(values[layer]) - self._rows(acts[layer])).detach().unbind(2))
+
+    def _rows(self, values: torch.Tensor) -> torch.Tensor:
+        """The replacement values of the edge rows (Patch.values' row r mod b rule)."""
+        return repeat_rows_to(values, self.n)[self.a : self.b]
+
+    def wrote(self, values: torch.Tensor, out: torch.Tensor) -> None:
+        """Senders of one kind just written: values [b, T, n, d] (replacements), out [B, T, n, d]."""
+        self.diffs += list((self._rows(values) - out[self.a : self.b]).detach().unbind(2))
+
+    def _delta(self, readers: slice) -> torch.Tensor | None:
+        """[rows, T, r, d]: what each reader of `readers` adds to the residual stream it reads; None
+        where no row patches any of them."""
+        if not any(self.active[readers]):
+            return None
+        diffs = torch.stack(self.diffs, dim=2)  # [rows, T, u, d]
+        if self.single is not None:
+            sender, reader = self.single
+            rows = torch.arange(diffs.shape[0], device=diffs.device)
+            picked = diffs[rows, :, sender.clamp(max=diffs.shape[2] - 1)]  # [rows, T, d]
+            hit = (reader[:, None] == torch.arange(readers.start, readers.stop or self.edges.shape[2],
+                                                   device=reader.device)[None]).to(diffs.dtype)  # [rows, r]
+            return picked[:, :, None, :] * hit[:, None, :, None]
+        return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], readers], diffs)
+
+    def head_deltas(self, layer: int) -> tuple[tuple[int, int], torch.Tensor] | None:
+        r0, H = self.layout.first_reader(layer), self.layout.n_heads
+        delta = self._delta(slice(r0, r0 + 3 * H))
+        return None if delta is None else ((self.a, self.b), delta)
+
+    def mlp_input(self, x: torch.Tensor, layer: int) -> torch.Tensor:
+        r = self.layout.first_reader(layer) + 3 * self.layout.n_heads
+        delta = self._delta(slice(r, r + 1))
+        return x if delta is None else add_rows(x, self.a, self.b, delta[:, :, 0])
+
+    def logits_input(self, x: torch.Tensor) -> torch.Tensor:
+        delta = self._delta(slice(self.edges.shape[2] - 1, None))
+        return x if delta is None else add_rows(x, self.a, self.b, delta[:, :, 0])
+
+
+def add_rows(x: torch.Tensor, a: int, b: int, delta: torch.Tensor) -> torch.Tensor:
+    """x with delta added to rows a..b-1 (out of place, for autograd)."""
+    if (a, b) == (0, x.shape[0]):
+        return x + delta
+    return torch.cat([x[:a], x[a:b] + delta, x[b:]])
+
+
+def repeat_rows_to(x: torch.Tensor, batch: int) -> torch.Tensor:
+    """[b, ...] -> [batch, ...], b = batch or a divisor of it (row r takes row r mod b)."""
+    b = x.shape[0]
+    if b == batch:
+        return x
+    if batch % b:
+        raise ValueError(f"a start state of {b} rows does not divide the batch of {batch}")
+    return x.repeat(batch // b, *([1] * (x.dim() - 1)))

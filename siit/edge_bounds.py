@@ -56,7 +56,7 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
     shapes = shape_names(evaluator.data)
     # under causal attention PAD comes after every real token and is never attended: each shape
     # computes the same at every real position (siit.data.SHAPES), so the padded copy stands for all
-    # (the node bound runs all three: their cells were equal on every entry); bidirectional: each
+    # (measured on case 33 in all three: equal cells at every length); bidirectional: each one
     measured = ["padded"] if model.causal and "padded" in shapes else shapes
     ev = bound_evaluator(evaluator, task, n, seed, measured)
     changed = edge_changes(model, ev, outside.nonzero())  # bool [E, N, T]

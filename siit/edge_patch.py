@@ -20,60 +20,81 @@ from siit.edges import EdgeLayout
 
 class EdgePatch:
     """The patched senders' differences so far, and each reader's input with them added (reader r
-    reads x + sum over patched u of (replacement_u - written_u))."""
+    reads x + sum over patched u of (replacement_u - written_u)).
+
+    Rows that patch one edge each (validation's single edges, edge strictness's "one" rows) keep only
+    their own sender's difference (`picked`, [rows, T, d]) and place it at their reader; other rows
+    keep every sender's difference and sum them through a batched matmul. The two give the same
+    values (a one-hot sum is exact)."""
 
     def __init__(self, patch: Any, x: torch.Tensor, first: int, n_layers: int, n_heads: int) -> None:
         if patch.input_values is None:
             raise ValueError("edge patching needs the input's replacement (Patch.input_values)")
         if first and patch.clean is None:
             raise ValueError("an edge-patched run that starts at a later block needs the clean run (Patch.clean)")
-        B = x.shape[0]
         self.layout = EdgeLayout(n_layers, n_heads)
-        self.a, self.b = patch.edge_rows or (0, B)
-        self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
-        self.n = B
+        self.n = x.shape[0]
+        self.a, self.b = patch.edge_rows or (0, self.n)
+        self.n_readers = patch.edges.shape[2]
         self.active = patch.edges.any(dim=0).any(dim=0).tolist()  # per reader: does any row patch it?
-        # rows that patch one edge each (validation's single edges): a gather, not a batched matmul
-        counts = patch.edges.flatten(1).sum(dim=1)
-        self.single = None
-        if bool((counts == 1).all()):
-            flat = patch.edges.flatten(1).float().argmax(dim=1)
-            self.single = (flat // patch.edges.shape[2], flat % patch.edges.shape[2])  # (sender, reader) per row
         if any(self.active[: self.layout.first_reader(first)]):
             raise ValueError(f"a run that starts at block {first} cannot patch an edge into an earlier block")
+        where = patch.edges.nonzero()  # [k, 3]: row, sender, reader (row-major)
+        self.single = where.shape[0] == patch.edges.shape[0] and bool((where[:, 0] == torch.arange(
+            where.shape[0], device=where.device)).all())
         # differences carry no gradient: edge strictness teaches readers to ignore what they must
         # not read, not senders to stop varying (through them it flattened case 29's busy nodes,
         # distractor R² stuck at 0.78); node strictness still reaches the senders
-        if first == 0:
-            self.diffs = [(self._rows(patch.input_values) - x[self.a : self.b]).detach()]  # per sender [b - a, T, d]
-        else:
-            values, (acts, embedding) = patch.values, patch.clean
-            self.diffs = [(self._rows(patch.input_values) - self._rows(embedding)).detach()]
+        own_input = x[self.a : self.b] if first == 0 else self._rows(patch.clean[1])
+        if self.single:
+            self.sender, self.reader = where[:, 1], where[:, 2]
+            self.picked = torch.zeros(self.b - self.a, *x.shape[1:], dtype=x.dtype, device=x.device)
+            self.written = 0
+            self._keep(patch.input_values[:, :, None], own_input[:, :, None], own_rows=True)
             for layer in range(first):
-                self.diffs += list((self._rows(values[layer]) - self._rows(acts[layer])).detach().unbind(2))
+                self._keep(patch.values[layer], patch.clean[0][layer])
+        else:
+            self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
+            self.diffs = [(self._rows(patch.input_values) - own_input).detach()]  # per sender [b - a, T, d]
+            for layer in range(first):
+                self.diffs += list((self._rows(patch.values[layer]) - self._rows(patch.clean[0][layer])).detach().unbind(2))
 
     def _rows(self, values: torch.Tensor) -> torch.Tensor:
         """The replacement values of the edge rows (Patch.values' row r mod b rule)."""
         return repeat_rows_to(values, self.n)[self.a : self.b]
 
+    def _keep(self, values: torch.Tensor, own: torch.Tensor, own_rows: bool = False) -> None:
+        """Single mode: the next values.shape[2] senders were written (values [b, T, n, d] their
+        replacements; own their outputs, [b', T, n, d] under the row r mod b' rule, or the edge
+        rows themselves): each row whose sender is one of them keeps its difference."""
+        k = values.shape[2]
+        rows = ((self.sender >= self.written) & (self.sender < self.written + k)).nonzero().flatten()
+        if rows.numel():
+            slot, at = self.sender[rows] - self.written, rows + self.a
+            mine = own[rows, :, slot] if own_rows else own[at % own.shape[0], :, slot]
+            self.picked[rows] = (values[at % values.shape[0], :, slot] - mine).detach()
+        self.written += k
+
     def wrote(self, values: torch.Tensor, out: torch.Tensor) -> None:
         """Senders of one kind just written: values [b, T, n, d] (replacements), out [B, T, n, d]."""
-        self.diffs += list((self._rows(values) - out[self.a : self.b]).detach().unbind(2))
+        if self.single:
+            self._keep(values, out[self.a : self.b], own_rows=True)
+        else:
+            self.diffs += list((self._rows(values) - out[self.a : self.b]).detach().unbind(2))
 
     def _delta(self, readers: slice) -> torch.Tensor | None:
         """[rows, T, r, d]: what each reader of `readers` adds to the residual stream it reads; None
         where no row patches any of them."""
         if not any(self.active[readers]):
             return None
+        lo, hi = readers.start, readers.stop if readers.stop is not None else self.n_readers
+        if self.single:
+            out = self.picked.new_zeros(self.picked.shape[0], self.picked.shape[1], hi - lo, self.picked.shape[2])
+            rows = ((self.reader >= lo) & (self.reader < hi)).nonzero().flatten()
+            out[rows, :, self.reader[rows] - lo] = self.picked[rows]
+            return out
         diffs = torch.stack(self.diffs, dim=2)  # [rows, T, u, d]
-        if self.single is not None:
-            sender, reader = self.single
-            rows = torch.arange(diffs.shape[0], device=diffs.device)
-            picked = diffs[rows, :, sender.clamp(max=diffs.shape[2] - 1)]  # [rows, T, d]
-            hit = (reader[:, None] == torch.arange(readers.start, readers.stop or self.edges.shape[2],
-                                                   device=reader.device)[None]).to(diffs.dtype)  # [rows, r]
-            return picked[:, :, None, :] * hit[:, None, :, None]
-        return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], readers], diffs)
+        return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], lo:hi], diffs)
 
     def head_deltas(self, layer: int) -> tuple[tuple[int, int], torch.Tensor] | None:
         r0, H = self.layout.first_reader(layer), self.layout.n_heads
@@ -86,7 +107,7 @@ class EdgePatch:
         return x if delta is None else add_rows(x, self.a, self.b, delta[:, :, 0])
 
     def logits_input(self, x: torch.Tensor) -> torch.Tensor:
-        delta = self._delta(slice(self.edges.shape[2] - 1, None))
+        delta = self._delta(slice(self.n_readers - 1, None))
         return x if delta is None else add_rows(x, self.a, self.b, delta[:, :, 0])
 
 

@@ -30,7 +30,7 @@ from siit.high_level import as_task
 from siit.interventions import node_activations, repeat_rows
 from siit.losses import agree, predictions
 from siit.metrics import Evaluator
-from siit.transformer import Patch, Transformer
+from siit.transformer import Transformer
 
 EDGE_LIMIT = 5000
 """More non-circuit q/k/v edges than this are not patched here (causal-bench-12x12 has ~32,000):
@@ -93,34 +93,40 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
 def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor) -> torch.Tensor:
     """bool [E, N, T]: labelled positions whose output changes (regression: by the tolerance or
     more) when edge (u, r) of `edges` (long [E, 2], EdgeLayout indices) alone reads the source's
-    sender output (ev.sources), against the unpatched run. Edges are run grouped by their reader's
-    block, each group from that block on (the blocks before it compute the clean run)."""
+    sender output (ev.sources), against the unpatched run. One edge changes one reader, so each
+    run starts at the reader's block from the clean residual stream, computes only the reader
+    there (Transformer.read_once; a logits edge only unembeds) and the later blocks in full:
+    the same as a whole run that patches the edge (tests/test_siit/test_edge_bounds.py)."""
     d = ev.data
-    n, dev = len(d), d.tokens.device
-    layout = EdgeLayout(model.n_layers, model.n_heads)
+    n, L, H = len(d), model.n_layers, model.n_heads
+    per_block = 3 * H + 1
     with torch.no_grad():
-        acts = node_activations(model, d.tokens, d.mask, d.present)
-        clean = ev.run_groups(model, torch.zeros(1, model.n_layers, model.n_heads + 1, dtype=torch.bool), acts=acts)[0]
+        acts = node_activations(model, d.tokens, d.mask, d.present)  # [L, N, T, H + 1, d]
+        clean = ev.run_groups(model, torch.zeros(1, L, H + 1, dtype=torch.bool), acts=acts)[0]
         embedding = model.input_embedding(d.tokens, d.mask)
         resid = model.residuals(d.tokens, d.mask, acts)  # [L + 1, N, T, d_model]
-        values, inputs = acts[:, ev.sources], embedding[ev.sources]
+        # what each sender's output moves by on the source: the input's, then each block's nodes
+        diffs = torch.cat([(embedding[ev.sources] - embedding)[None],
+                           (acts[:, ev.sources] - acts).permute(0, 3, 1, 2, 4).flatten(0, 1)])  # [U, N, T, d]
+        allowed = model._allowed(d.mask.bool(), d.present)
     out = torch.zeros(edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
-    block = edges[:, 1] // layout.first_reader(1)  # the reader's block (logits: n_layers)
     per_chunk = max(1, _MAX_ROWS // n)
     with torch.no_grad():
-        for layer in block.unique().tolist():
-            index = (block == layer).nonzero().flatten()
+        for reader in edges[:, 1].unique().tolist():
+            index = (edges[:, 1] == reader).nonzero().flatten()
+            layer, slot = divmod(reader, per_block)
             for start in range(0, index.shape[0], per_chunk):
                 rows = index[start : start + per_chunk]
                 g = rows.shape[0]
-                one = torch.zeros(g, *layout.shape, dtype=torch.bool, device=dev)
-                one[torch.arange(g, device=dev), edges[rows, 0].to(dev), edges[rows, 1].to(dev)] = True
-                patch = Patch(mask=torch.zeros(g * n, model.n_layers, model.n_heads + 1, dtype=torch.bool, device=dev),
-                              values=values, edges=one.repeat_interleave(n, dim=0), input_values=inputs,
-                              clean=(acts, embedding))
-                present = None if d.present is None else repeat_rows(d.present, g)
-                logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), patch, present=present,
-                               start=(layer, resid[layer]))[0]
+                delta = diffs[edges[rows, 0].to(diffs.device)].flatten(0, 1)  # [g * N, T, d]
+                if layer == L:  # the logits read the final residual stream
+                    logits = (repeat_rows(resid[L], g) + delta) @ model.unembed.W_U + model.unembed.b_U
+                else:
+                    x = model.read_once(layer, slot, repeat_rows(resid[layer], g), repeat_rows(acts[layer, :, :, :H], g),
+                                        delta, None if allowed is None else repeat_rows(allowed, g))
+                    present = None if d.present is None else repeat_rows(d.present, g)
+                    logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), present=present,
+                                   start=(layer + 1, x))[0]
                 preds = predictions(logits, ev.task_kind).reshape(g, n, -1)
                 out[rows] = (~agree(preds, clean[None], ev.task_kind, ev.tolerance) & d.label_mask[None]).cpu()
     return out

@@ -2,11 +2,9 @@
 instead of what u wrote in this run, every other reader of u what u wrote.
 
 What a reader adds to the residual stream it reads is the difference replacement - written of every
-patched sender (the projections are linear, so siit.transformer projects only the differences). A run
-that starts at a later block (Patch.clean: the unpatched run's node activations and embedding) takes the
-earlier senders' differences from those instead of running their blocks: an edge into block l changes
-nothing before l, so validation's single-edge patches (siit.edge_bounds) run only from their reader's
-block on. Readers no row patches add nothing and cost nothing.
+patched sender (the projections are linear, so siit.transformer projects only the differences).
+Readers no row patches add nothing and cost nothing. (Validation's single edges, siit.edge_bounds,
+compute one reader from its block on instead: Transformer.read_once.)
 """
 
 from __future__ import annotations
@@ -22,63 +20,54 @@ class EdgePatch:
     """The patched senders' differences so far, and each reader's input with them added (reader r
     reads x + sum over patched u of (replacement_u - written_u)).
 
-    Rows that patch one edge each (validation's single edges, edge strictness's "one" rows) keep only
+    Rows that patch one edge each (the checks' single edges, siit.metrics.Evaluator.edge_siia) keep only
     their own sender's difference (`picked`, [rows, T, d]) and place it at their reader; other rows
     keep every sender's difference and sum them through a batched matmul. The two give the same
     values (a one-hot sum is exact)."""
 
     def __init__(self, patch: Any, x: torch.Tensor, first: int, n_layers: int, n_heads: int) -> None:
-        if patch.input_values is None:
-            raise ValueError("edge patching needs the input's replacement (Patch.input_values)")
-        if first and patch.clean is None:
-            raise ValueError("an edge-patched run that starts at a later block needs the clean run (Patch.clean)")
+        if first != 0 or patch.input_values is None:
+            raise ValueError("edge patching runs from the embedding and needs the input's replacement")
         self.layout = EdgeLayout(n_layers, n_heads)
         self.n = x.shape[0]
         self.a, self.b = patch.edge_rows or (0, self.n)
         self.n_readers = patch.edges.shape[2]
         self.active = patch.edges.any(dim=0).any(dim=0).tolist()  # per reader: does any row patch it?
-        if any(self.active[: self.layout.first_reader(first)]):
-            raise ValueError(f"a run that starts at block {first} cannot patch an edge into an earlier block")
         where = patch.edges.nonzero()  # [k, 3]: row, sender, reader (row-major)
         self.single = where.shape[0] == patch.edges.shape[0] and bool((where[:, 0] == torch.arange(
             where.shape[0], device=where.device)).all())
         # differences carry no gradient: edge strictness teaches readers to ignore what they must
         # not read, not senders to stop varying (through them it flattened case 29's busy nodes,
         # distractor R² stuck at 0.78); node strictness still reaches the senders
-        own_input = x[self.a : self.b] if first == 0 else self._rows(patch.clean[1])
+        own_input = x[self.a : self.b]
         if self.single:
             self.sender, self.reader = where[:, 1], where[:, 2]
             self.picked = torch.zeros(self.b - self.a, *x.shape[1:], dtype=x.dtype, device=x.device)
             self.written = 0
-            self._keep(patch.input_values[:, :, None], own_input[:, :, None], own_rows=True)
-            for layer in range(first):
-                self._keep(patch.values[layer], patch.clean[0][layer])
+            self._keep(patch.input_values[:, :, None], own_input[:, :, None])
         else:
             self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
             self.diffs = [(self._rows(patch.input_values) - own_input).detach()]  # per sender [b - a, T, d]
-            for layer in range(first):
-                self.diffs += list((self._rows(patch.values[layer]) - self._rows(patch.clean[0][layer])).detach().unbind(2))
 
     def _rows(self, values: torch.Tensor) -> torch.Tensor:
         """The replacement values of the edge rows (Patch.values' row r mod b rule)."""
         return repeat_rows_to(values, self.n)[self.a : self.b]
 
-    def _keep(self, values: torch.Tensor, own: torch.Tensor, own_rows: bool = False) -> None:
+    def _keep(self, values: torch.Tensor, own: torch.Tensor) -> None:
         """Single mode: the next values.shape[2] senders were written (values [b, T, n, d] their
-        replacements; own their outputs, [b', T, n, d] under the row r mod b' rule, or the edge
-        rows themselves): each row whose sender is one of them keeps its difference."""
+        replacements under the row r mod b rule, own [b - a, T, n, d] what the edge rows wrote):
+        each row whose sender is one of them keeps its difference."""
         k = values.shape[2]
         rows = ((self.sender >= self.written) & (self.sender < self.written + k)).nonzero().flatten()
         if rows.numel():
             slot, at = self.sender[rows] - self.written, rows + self.a
-            mine = own[rows, :, slot] if own_rows else own[at % own.shape[0], :, slot]
-            self.picked[rows] = (values[at % values.shape[0], :, slot] - mine).detach()
+            self.picked[rows] = (values[at % values.shape[0], :, slot] - own[rows, :, slot]).detach()
         self.written += k
 
     def wrote(self, values: torch.Tensor, out: torch.Tensor) -> None:
         """Senders of one kind just written: values [b, T, n, d] (replacements), out [B, T, n, d]."""
         if self.single:
-            self._keep(values, out[self.a : self.b], own_rows=True)
+            self._keep(values, out[self.a : self.b])
         else:
             self.diffs += list((self._rows(values) - out[self.a : self.b]).detach().unbind(2))
 

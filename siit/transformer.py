@@ -58,10 +58,6 @@ class Patch:
     input_values: torch.Tensor | None = None
     """[b, pos, d_model]: the replacement of the `input` sender (the source's embedding); needed
     with `edges`."""
-    clean: tuple[torch.Tensor, torch.Tensor] | None = None
-    """(node activations [n_layers, b, pos, n_heads + 1, d_model], input embedding [b, pos, d_model])
-    of the unpatched run: what the senders before a later `start` wrote, which edge patching then
-    reads instead of running their blocks (siit.edge_patch). Needed with `edges` and a later start."""
 
 
 class _Params(nn.Module):
@@ -256,6 +252,26 @@ class Transformer(nn.Module):
             x = x + at(name + "hook_mlp_out", self._mlp(block.mlp, mlp_in))
             x = at(name + "hook_resid_post", x)
         return x @ self.unembed.W_U + self.unembed.b_U
+
+    def read_once(self, layer: int, slot: int, x: torch.Tensor, heads: torch.Tensor, delta: torch.Tensor,
+                  allowed: torch.Tensor | None) -> torch.Tensor:
+        """[batch, pos, d_model]: the residual stream leaving block `layer` when one reader of it
+        (slot: siit.edges.EdgeLayout's order within the block, head h's q, k, v at h, H + h, 2H + h,
+        the MLP at 3H) reads x + delta and everything else reads x, where x [batch, pos, d_model]
+        enters the block and heads [batch, pos, H, d_model] are the block's head outputs on x. One
+        patched edge changes one head or the MLP, so only that one is computed (siit.edge_bounds)."""
+        block, H = self.blocks[layer], self.n_heads
+        a = block.attn
+        written = heads.sum(dim=2)
+        if slot < 3 * H:
+            kind, h = divmod(slot, H)
+            reads = [x + delta if kind == i else x for i in range(3)]
+            q, k, v = (torch.einsum("btd,dk->btk", r, W[h]) + b[h]
+                       for r, W, b in zip(reads, (a.W_Q, a.W_K, a.W_V), (a.b_Q, a.b_K, a.b_V)))
+            z = self._attend(q[:, None], k[:, None], v[:, None], allowed)[:, 0]  # [batch, pos, d_head]
+            written = written - heads[:, :, h] + z @ a.W_O[h]
+        mid = x + written + a.b_O
+        return mid + self._mlp(block.mlp, mid if slot < 3 * H else mid + delta)
 
     def input_embedding(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """[batch, pos, d_model]: what the `input` sender writes (edge patching's input values)."""

@@ -132,43 +132,37 @@ def test_sampling_draws_only_non_circuit_edges() -> None:
 
 
 @pytest.mark.parametrize("causal", [True, False])
-def test_a_run_started_at_the_readers_block_equals_the_whole_run(causal: bool) -> None:
-    """Patch.clean: an edge into block l run from l on (the earlier senders' differences taken from
-    the clean run) gives the logits of the run from the embedding, for one edge per row (the gather
-    path) and for rows with several (the batched-matmul path)."""
+def test_reading_once_at_the_readers_block_equals_patching_the_edge(causal: bool) -> None:
+    """Transformer.read_once (siit.edge_bounds): the clean residual stream entering the reader's
+    block, the reader alone reading the sender's difference, the later blocks in full, gives the
+    logits of a whole run that patches the edge (Patch.edges), for every edge of the model. Rows
+    patching one edge each take EdgePatch's single-edge path; a row with two edges the general one."""
     model, tokens, mask, clean, src, embeds = _runs(causal)
     layout = EdgeLayout(model.n_layers, model.n_heads)
-    B, valid = tokens.shape[0], layout.valid()
-    resid = model.residuals(tokens, mask, clean)
-    none = torch.zeros(B, model.n_layers, model.n_heads + 1, dtype=torch.bool)
-    for layer in range(1, model.n_layers + 1):
-        readers = [r for r in range(valid.shape[1]) if r // layout.first_reader(1) == layer]
-        for several in (False, True):
-            edges = torch.zeros(B, *valid.shape, dtype=torch.bool)
-            for row in range(B):
-                r = readers[row % len(readers)]
-                senders = valid[:, r].nonzero().flatten()
-                edges[row, senders[row % len(senders)], r] = True
-                if several:
-                    edges[row, senders[-1], r] = True
-            with torch.no_grad():
-                whole = model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1]))[0]
-                late = model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1],
-                                                 clean=(clean, embeds[0])), start=(layer, resid[layer]))[0]
-            torch.testing.assert_close(late, whole, atol=1e-5, rtol=1e-5)
-            assert (whole - model(tokens, mask)[0]).abs().max() > 1e-3  # the patches do something
-
-
-def test_a_later_start_refuses_an_edge_into_an_earlier_block() -> None:
-    model, tokens, mask, clean, src, embeds = _runs(True)
-    layout = EdgeLayout(model.n_layers, model.n_heads)
-    B = tokens.shape[0]
-    edges = torch.zeros(B, *layout.shape, dtype=torch.bool)
-    edges[:, 0, 0] = True  # input -> a0.h0<q>
-    none = torch.zeros(B, model.n_layers, model.n_heads + 1, dtype=torch.bool)
-    resid = model.residuals(tokens, mask, clean)
-    with pytest.raises(ValueError, match="earlier block"):
-        model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1], clean=(clean, embeds[0])),
-              start=(1, resid[1]))
-    with pytest.raises(ValueError, match="clean run"):
-        model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1]), start=(1, resid[1]))
+    B, valid, H = tokens.shape[0], layout.valid(), model.n_heads
+    resid, none = model.residuals(tokens, mask, clean), torch.zeros(B, model.n_layers, H + 1, dtype=torch.bool)
+    allowed = model._allowed(mask.bool(), None)
+    moved = 0
+    for u, r in valid.nonzero().tolist():
+        edges = torch.zeros(B, *valid.shape, dtype=torch.bool)
+        edges[:, u, r] = True
+        s = layout.senders[u]
+        delta = _sender_value(src, embeds[1], s, H) - _sender_value(clean, embeds[0], s, H)
+        layer, slot = divmod(r, 3 * H + 1)
+        with torch.no_grad():
+            whole = model(tokens, mask, Patch(mask=none, values=src, edges=edges, input_values=embeds[1]))[0]
+            if layer == model.n_layers:
+                once = (resid[layer] + delta) @ model.unembed.W_U + model.unembed.b_U
+            else:
+                x = model.read_once(layer, slot, resid[layer], clean[layer, :, :, :H], delta, allowed)
+                once = model(tokens, mask, start=(layer + 1, x))[0]
+        torch.testing.assert_close(once, whole, atol=1e-5, rtol=1e-5)
+        moved += int((whole - model(tokens, mask)[0]).abs().max() > 1e-3)
+    assert moved > valid.sum() // 2  # the patches do something: the comparison is not vacuous
+    two = torch.zeros(B, *valid.shape, dtype=torch.bool)
+    two[:, 0, -1] = two[:, 1, -1] = True  # input and a0.h0 -> logits, together
+    with torch.no_grad():
+        both = model(tokens, mask, Patch(mask=none, values=src, edges=two, input_values=embeds[1]))[0]
+    d = sum(_sender_value(src, embeds[1], layout.senders[u], H) - _sender_value(clean, embeds[0], layout.senders[u], H)
+            for u in (0, 1))
+    torch.testing.assert_close(both, (resid[-1] + d) @ model.unembed.W_U + model.unembed.b_U, atol=1e-5, rtol=1e-5)

@@ -85,7 +85,23 @@ def _trained(path: Path, root: Path) -> Any:
 
     task = _planted_task(path.name)
     return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load,
-                      family=_family(path.name, task), corruption=task.case.corruption if task else "resample")
+                      family=_family(path.name, task), corruption=task.case.corruption if task else "resample",
+                      edge_labels=edge_labels(path))
+
+
+def edge_labels(path: Path) -> str:
+    """Whether patching confirms the edge labels of the entry in `path` (eval.leaderboard.cells.
+    EdgeLabels): its validation.json's per-length `edge_bounds` where it has them, else its padded
+    `edge_effects`; `not measured` where neither was (an older entry, a model too large to patch)."""
+    try:
+        validation = json.loads((path / "validation.json").read_text())
+    except (OSError, ValueError):
+        return "not measured"
+    for key in ("edge_bounds", "edge_effects"):
+        section = validation.get(key) if isinstance(validation, dict) else None
+        if isinstance(section, dict) and not section.get("skipped") and isinstance(section.get("exact"), bool):
+            return "exact" if section["exact"] else "not exact"
+    return "not measured"
 
 
 def entry_family(name: str) -> str:

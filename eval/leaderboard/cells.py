@@ -35,6 +35,7 @@ CELL_SCHEMA = "zoo-bench-cell/1"
 """Bumped whenever a cell's fields or their meaning change (older files then count as stale)."""
 MethodSource = Literal["builtin", "outside", "scores"]
 CellStatus = Literal["ok", "missing", "error"]
+EdgeLabels = Literal["exact", "not exact", "not measured"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -55,6 +56,10 @@ class BenchEntry:
     corruption: str = "resample"
     """The entry's own counterfactuals (its case's `corruption`): what its cells use unless
     BenchSettings.corruption names another."""
+    edge_labels: EdgeLabels = "not measured"
+    """Whether patching confirms the entry's edge labels (its validation.json: `edge_bounds`, else
+    `edge_effects`): `not exact` where a non-circuit edge moves more than the bound, so its edge
+    AUROCs score methods partly against labels that are not ground truth at edge level."""
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -94,6 +94,11 @@ class Leaderboard:
     """Cells read back from the cache."""
     corruptions: dict[str, str] = dataclasses.field(default_factory=dict)
     """Entry -> the counterfactuals its cells used, where they are not resampled (eval.core.corruption)."""
+    edge_labels: dict[str, str] = dataclasses.field(default_factory=dict)
+    """Entry -> whether patching confirms its edge labels (eval.leaderboard.cells.EdgeLabels)."""
+    edge_exact: dict[str, Any] = dataclasses.field(default_factory=dict)
+    """Where some entries' edge labels are exact and others' not: the rows over the exact ones only
+    (as a family's: entries, rows, spread); empty otherwise."""
 
     def to_json(self) -> dict[str, Any]:
         keys = [r.method for r in self.rows]
@@ -152,9 +157,11 @@ def family_rows(cells: Sequence[Cell], families: Mapping[str, str]) -> dict[str,
 
 
 def leaderboard(run: BenchRun, families: Mapping[str, str] | None = None,
-                corruptions: Mapping[str, str] | None = None) -> Leaderboard:
+                corruptions: Mapping[str, str] | None = None, edge_labels: Mapping[str, str] | None = None) -> Leaderboard:
     """Summarise a bench run per method (and per family of entries: entry name -> family) and test every
-    pair of methods; `corruptions`: entry -> its cells' counterfactuals, recorded where not `resample`."""
+    pair of methods; `corruptions`: entry -> its cells' counterfactuals, recorded where not `resample`;
+    `edge_labels`: entry -> whether patching confirms its edge labels (the rows over the exact ones
+    are reported apart where the others are not)."""
     rows = _rows(run.cells)
     samples = {r.method: [c.edge_auroc for c in run.cells if c.method == r.method and c.status == "ok"]
                for r in rows}
@@ -162,7 +169,17 @@ def leaderboard(run: BenchRun, families: Mapping[str, str] | None = None,
     return Leaderboard(rows=rows, pairs=pairwise_tests(samples), entries=entries, cells=run.cells,
                        settings=dataclasses.asdict(run.settings), computed=run.computed, reused=run.reused,
                        families=family_rows(run.cells, families or {}),
-                       corruptions={e: c for e, c in (corruptions or {}).items() if c != "resample"})
+                       corruptions={e: c for e, c in (corruptions or {}).items() if c != "resample"},
+                       edge_labels=dict(edge_labels or {}), edge_exact=_edge_exact(run.cells, edge_labels or {}))
+
+
+def _edge_exact(cells: Sequence[Cell], labels: Mapping[str, str]) -> dict[str, Any]:
+    """The rows over the entries whose edge labels patching confirms, where some others' it does not."""
+    entries = {c.entry for c in cells}
+    exact = {e for e in entries if labels.get(e) == "exact"}
+    if not exact or not any(labels.get(e) == "not exact" for e in entries):
+        return {}
+    return family_rows(cells, {e: "edge-exact" for e in exact})["edge-exact"]
 
 
 def _clean(value: Any) -> Any:
@@ -235,6 +252,13 @@ def _grid(rows: list[tuple[str, ...]]) -> list[str]:
     return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
+def _group_grid(rows: Sequence[Row]) -> list[str]:
+    """The short table of a group of entries (a family, the edge-exact entries)."""
+    return _grid([("method", "n", "AUROC-n", "AUROC-e", "chance-e", "AUROC-qkv", "chance-qkv")] + [
+        (r.method, str(r.entries), _ms(r.node_auroc), _ms(r.edge_auroc), _f(r.edge_chance.mean),
+         _ms(r.qkv_edge_auroc), _f(r.qkv_edge_chance.mean)) for r in rows])
+
+
 def table(board: Leaderboard) -> str:
     """The terminal leaderboard: the per-method table, then RQ4's p and A12 matrices."""
     header = ("method", "n", "AUROC-n", "chance-n", "AUROC-e", "chance-e", "AUROC-qkv", "chance-qkv", "F1-n", "F1-e",
@@ -277,14 +301,29 @@ def table(board: Leaderboard) -> str:
                     cells.append("-")
             grid.append((a, *cells))
         out += _grid(grid)
+    out += _group_lines(board)
+    return "\n".join(out)
+
+
+def _group_lines(board: Leaderboard) -> list[str]:
+    """What `table` prints after the RQ4 matrices: each family apart, the entries whose edge labels
+    patching contradicts and the rows over the others, failed cells, inert ground-truth edges."""
+    out: list[str] = []
     for family, f in board.families.items():
         shifted = sorted({board.corruptions[e] for e in f["entries"] if e in board.corruptions})
         note = f"; counterfactuals {', '.join(shifted)}, not the resampling SIIT trained with" if shifted else ""
         out.append(f"family {family} ({', '.join(f['entries'])}): edge AUROC per method (mean over its entries); "
                    f"best minus worst but random: {_f(f['spread'])}{note}")
-        out += _grid([("method", "n", "AUROC-n", "AUROC-e", "chance-e", "AUROC-qkv", "chance-qkv")] + [
-            (r.method, str(r.entries), _ms(r.node_auroc), _ms(r.edge_auroc), _f(r.edge_chance.mean),
-             _ms(r.qkv_edge_auroc), _f(r.qkv_edge_chance.mean)) for r in f["rows"]])
+        out += _group_grid(f["rows"])
+    contradicted = sorted(e for e, v in board.edge_labels.items() if v == "not exact")
+    if contradicted:
+        out.append(f"edge labels that patching contradicts (validation.json: a non-circuit edge above "
+                   f"the bound): {', '.join(contradicted)}; their edge AUROCs score methods partly against labels "
+                   "that are not ground truth at edge level")
+    if f := board.edge_exact:
+        out.append(f"entries whose edge labels patching confirms ({', '.join(f['entries'])}): edge AUROC per method; "
+                   f"best minus worst but random: {_f(f['spread'])}")
+        out += _group_grid(f["rows"])
     failed = [c for c in board.cells if c.status == "error"]
     for c in failed:
         out.append(f"failed: {c.method} on {c.entry}: {c.message}")
@@ -292,4 +331,4 @@ def table(board: Leaderboard) -> str:
     for entry, edges in inert.items():
         out.append(f"inert ground-truth edges of {entry} (no counterfactual moves them: listed, never a miss or "
                    f"a hit): {', '.join(edges)}")
-    return "\n".join(out)
+    return out

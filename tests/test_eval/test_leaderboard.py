@@ -302,3 +302,38 @@ def test_runs_are_announced_for_computed_cells_only(case3, tmp_path):
     assert heard == [("scaled", i, SETTINGS.stability_seeds) for i in range(SETTINGS.stability_seeds)]
     run_bench([_entry(case3, "case-3")], methods, SETTINGS, tmp_path / "cache", runs=runs)  # all cached
     assert len(heard) == SETTINGS.stability_seeds
+
+
+def test_the_leaderboard_names_entries_whose_edge_labels_patching_contradicts(tmp_path) -> None:
+    """BenchEntry.edge_labels comes from validation.json (edge_bounds, else edge_effects); the leaderboard
+    lists the contradicted entries and reports the methods over the confirmed ones apart."""
+    from eval.leaderboard.cells import BenchRun, Cell
+    from eval.leaderboard.table import leaderboard, table
+    from zoo.leaderboard_entries import edge_labels
+
+    def cell(method: str, entry: str, edge: float) -> Cell:
+        return Cell(method=method, entry=entry, model="trained", seed=0, status="ok", kind="scores",
+                    node_auroc=edge, edge_auroc=edge, edge_chance=0.5)
+
+    cells = (cell("a", "case-3", 0.99), cell("b", "case-3", 0.97), cell("a", "case-33", 0.9), cell("b", "case-33", 0.6))
+    run = BenchRun(cells=cells, settings=SETTINGS, computed=4, reused=0)
+    board = leaderboard(run, edge_labels={"case-3": "not exact", "case-33": "exact"})
+    assert board.edge_exact["entries"] == ["case-33"] and board.edge_exact["spread"] == pytest.approx(0.3)
+    assert [r.edge_auroc.mean for r in board.edge_exact["rows"]] == [0.9, 0.6]
+    text = table(board)
+    assert "edge labels that patching contradicts" in text and "case-3;" in text
+    assert json.loads(json.dumps(board.to_json()))["edge_labels"] == {"case-3": "not exact", "case-33": "exact"}
+    assert leaderboard(run, edge_labels={"case-3": "exact", "case-33": "exact"}).edge_exact == {}  # nothing apart
+    assert leaderboard(run).edge_exact == {} and "contradicts" not in table(leaderboard(run))
+
+    entry = tmp_path / "entries" / "case-3"
+    entry.mkdir(parents=True)
+    assert edge_labels(entry) == "not measured"  # no validation.json
+    (entry / "validation.json").write_text(json.dumps({"edge_effects": {"exact": True}}))
+    assert edge_labels(entry) == "exact"
+    (entry / "validation.json").write_text(json.dumps({"edge_effects": {"exact": True}, "edge_bounds": {"exact": False}}))
+    assert edge_labels(entry) == "not exact"  # the per-length bound decides where there is one
+    (entry / "validation.json").write_text(json.dumps({"edge_effects": {"skipped": "too many"}}))
+    assert edge_labels(entry) == "not measured"
+    (entry / "validation.json").write_text("not json")
+    assert edge_labels(entry) == "not measured"

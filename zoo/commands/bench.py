@@ -145,7 +145,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
         raise
     bar.close()
     board = _write(run, out, {e.name: e.family for e in entries},
-                   {e.name: settings.corruption_for(e) for e in entries})
+                   {e.name: settings.corruption_for(e) for e in entries}, {e.name: e.edge_labels for e in entries})
     if args.json:
         print(json.dumps(board.to_json(), indent=1, allow_nan=False))
     else:
@@ -184,7 +184,7 @@ def _bar(total: int):
     return step
 
 
-def _write(run, out: Path, families: dict[str, str], corruptions: dict[str, str]):
+def _write(run, out: Path, families: dict[str, str], corruptions: dict[str, str], edge_labels: dict[str, str]):
     """The leaderboard's files, each written whole under a temporary name and renamed into place."""
     import os
     import tempfile
@@ -192,7 +192,7 @@ def _write(run, out: Path, families: dict[str, str], corruptions: dict[str, str]
     from eval.leaderboard.plots import write_bench_plots
     from eval.leaderboard.table import cells_to_csv, leaderboard, pairs_to_csv, to_csv
 
-    board = leaderboard(run, families=families, corruptions=corruptions)
+    board = leaderboard(run, families=families, corruptions=corruptions, edge_labels=edge_labels)
     out.mkdir(parents=True, exist_ok=True)
     texts = {"leaderboard.json": json.dumps(board.to_json(), indent=1, allow_nan=False),
              "leaderboard.csv": to_csv(board), "cells.csv": cells_to_csv(board), "pairwise.csv": pairs_to_csv(board)}

@@ -59,6 +59,11 @@ class Case:
     """The counterfactuals circuit methods are given unless told otherwise (eval.core.corruption):
     `resample`, an independent draw (what SIIT trains with), or `token:K`, the clean input with its K-th
     token replaced; a distribution-shift entry names the corruption its methods are judged under."""
+    strict_edges: bool = False
+    """Train with edge-level strictness unless told otherwise (`zoo train --no-strict-edges`): on for
+    the main cases where it meets its criterion at the default width, so their edge labels are proven
+    per input length, not only reported (docs/results.md, "Per input length"); a training default,
+    not part of the task (case.json leaves it out)."""
 
     def __post_init__(self) -> None:
         if self.task_kind not in ("classification", "regression"):

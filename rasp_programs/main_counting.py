@@ -66,7 +66,7 @@ def case_18() -> Case:
         return categorical_map(_frequency_class, histogram("token_count"), "frequency_class")
 
     return Case(
-        id="18", name="token_frequency_class", task_kind="classification",
+        id="18", name="token_frequency_class", task_kind="classification", strict_edges=True,
         description="Classifies each token by how often it occurs in the sequence: 'rare' (once), "
         "'common' (twice) or 'frequent' (three times or more).",
         vocab=("a", "b", "c", "d"), max_seq_len=6, build_program=program,

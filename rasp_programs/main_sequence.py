@@ -27,7 +27,7 @@ def case_13() -> Case:
         return rasp.categorical(rasp.SequenceMap(_trend, rasp.tokens, following)).named("trend")
 
     return Case(
-        id="13", name="trend", task_kind="classification",
+        id="13", name="trend", task_kind="classification", strict_edges=True,
         description="Analyzes the trend of numeric tokens: whether the next token is higher "
         "('increasing'), lower ('decreasing') or equal ('constant'); the last token is 'constant'.",
         vocab=(0, 1, 2, 3), max_seq_len=TREND_LEN, min_seq_len=TREND_LEN, causal=False,
@@ -104,7 +104,7 @@ def case_26() -> Case:
         return rasp.categorical(rasp.Aggregate(select, rasp.tokens)).named("cascade")
 
     return Case(
-        id="26", name="cascade", task_kind="classification",
+        id="26", name="cascade", task_kind="classification", strict_edges=True,
         description="Creates a cascading effect by repeating each token incrementally: the first "
         "token once, the second twice, the third three times, ... (truncated to the input length).",
         vocab=("a", "b", "c"), max_seq_len=6, causal=True, build_program=program,

@@ -26,7 +26,7 @@ def _abbreviate(word: str) -> str:
 
 def case_29() -> Case:
     return Case(
-        id="29", name="abbreviate", task_kind="classification",
+        id="29", name="abbreviate", task_kind="classification", strict_edges=True,
         description="Creates an abbreviation for each token: its first letter, upper-cased.",
         vocab=("apple", "banana", "cherry", "date", "apricot", "blueberry"), max_seq_len=5,
         causal=True,
@@ -58,7 +58,7 @@ def _vowel_consonant_ratio(word: str) -> str:
 
 def case_34() -> Case:
     return Case(
-        id="34", name="vowel_consonant_ratio", task_kind="classification",
+        id="34", name="vowel_consonant_ratio", task_kind="classification", strict_edges=True,
         description="Calculates the ratio of vowels to consonants in each word "
         "(two decimals, 'inf' for a word without consonants).",
         vocab=("a", "sky", "tree", "apple", "queue", "banana", "strength"), max_seq_len=5,
@@ -73,7 +73,7 @@ def _alternate(char: str, index: int) -> str:
 
 def case_35() -> Case:
     return Case(
-        id="35", name="alternate_capitalization", task_kind="classification",
+        id="35", name="alternate_capitalization", task_kind="classification", strict_edges=True,
         description="Alternates capitalization of the characters of a word: upper-case at even "
         "positions, lower-case at odd ones.",
         vocab=("a", "b", "c", "d"), max_seq_len=6, causal=True,
@@ -89,7 +89,7 @@ SENTIMENT = {"😊": "positive", "😂": "positive", "😍": "positive", "😢":
 
 def case_36() -> Case:
     return Case(
-        id="36", name="emoji_sentiment", task_kind="classification",
+        id="36", name="emoji_sentiment", task_kind="classification", strict_edges=True,
         description="Classifies each token as 'positive', 'negative' or 'neutral' by its emoji.",
         vocab=tuple(SENTIMENT), max_seq_len=5, causal=True,
         build_program=lambda: categorical_map(SENTIMENT.__getitem__, rasp.tokens, "sentiment"),
@@ -105,7 +105,7 @@ def _reverse_unless_excluded(word: str) -> str:
 
 def case_37() -> Case:
     return Case(
-        id="37", name="reverse_words", task_kind="classification",
+        id="37", name="reverse_words", task_kind="classification", strict_edges=True,
         description="Reverses each word of the sequence except the excluded words 'the' and 'a'.",
         vocab=("the", "a", "cat", "sat", "on", "mat", "dog"), max_seq_len=5, causal=True,
         build_program=lambda: categorical_map(_reverse_unless_excluded, rasp.tokens, "reversed"),

@@ -93,9 +93,12 @@ def compiled_task(root: str | None, case):
 
 def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False, epochs_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate, edge-level strictness and step budget, PlantedTask.lr, .strict_edges and .epochs); no distractors for a
+    learning rate, edge-level strictness and step budget, PlantedTask.lr, .strict_edges and .epochs; a
+    case's edge-level strictness, Case.strict_edges); no distractors for a
     task whose circuit covers the whole model (PlantedTask.covers_model: a multi-task bundle)."""
     lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
+    if edges is None and getattr(getattr(task, "case", None), "strict_edges", False):
+        edges = True  # a RASP case that trains edge-exact (rasp_programs.case.Case.strict_edges)
     if not lr_given and lr is not None:
         config = dataclasses.replace(config, lr=lr)
     if not strict_edges_given and edges is not None:

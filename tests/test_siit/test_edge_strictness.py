@@ -168,3 +168,36 @@ def test_siia_reads_counterfactuals_of_any_length_and_iia_the_pairing(compiled, 
     (n_plain, plain), (n_strict, strict) = seen
     assert plain is None and n_plain == 1 + len(s.corr.high_nodes)  # clean + IIT: the IIT pairing
     assert n_strict == len(metrics["siia_per_node"]) and torch.equal(strict, acts[:, ev.strict_sources])
+
+
+def test_main_cases_that_train_edge_exact_default_to_edge_strictness() -> None:
+    """Case.strict_edges: a training default of the main cases where edge-level strictness meets its
+    criterion (docs/results.md); the command line overrides it, other cases stay node-level, and
+    `zoo train --help` names exactly those cases."""
+    import argparse
+    import re
+    from types import SimpleNamespace
+
+    from rasp_programs.catalogue import MAIN_CASE_IDS
+    from rasp_programs.lookup import get_case
+    from zoo.commands.training import register
+    from zoo.train_entry import with_task_defaults
+
+    on = [c for c in MAIN_CASE_IDS if get_case(c).strict_edges]
+    assert on == ["13", "18", "26", "29", "34", "35", "36", "37"]
+    compiled = lambda c: SimpleNamespace(case=get_case(c))  # noqa: E731  (what training reads of a CompiledCase)
+    assert with_task_defaults(TrainConfig(), compiled("13"), lr_given=False).strict_edges is True
+    assert with_task_defaults(TrainConfig(), compiled("3"), lr_given=False).strict_edges is False
+    assert with_task_defaults(TrainConfig(strict_edges=False), compiled("13"), lr_given=False,
+                              strict_edges_given=True).strict_edges is False
+    assert "strict_edges" not in get_case("13").metadata()  # not part of the task: case.json leaves it out
+    parser = argparse.ArgumentParser()
+    register(parser.add_subparsers())
+    helps = [a.help for a in parser._subparsers._group_actions[0].choices["train"]._actions]
+    text = " ".join(h for h in helps if h and "edge-level strictness" in h)
+    listed = re.search(r"main cases ([\d, -]+) and", text).group(1)
+    expanded = []
+    for part in listed.split(", "):
+        a, _, b = part.partition("-")
+        expanded += [str(i) for i in range(int(a), int(b or a) + 1)]
+    assert expanded == on

@@ -47,9 +47,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--strict-edges", action=argparse.BooleanOptionalAction, default=None,
                    help="edge-level strictness (issue 36): strictness also patches single edges outside the "
                    "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
-                   "validation.json's exact edge patching finds none above the bound. Slower; default off "
-                   "(--no-strict-edges; on for the failure-mode planted models): the paper's node-level SIIT, whose edge labels validation.json only "
-                   "reports, and patching may contradict them")
+                   "validation.json's exact edge patching (pooled and per input length) finds none above the bound. "
+                   "Slower. Default on for the main cases 13, 18, 26, 29, 34-37 and the failure-mode planted models, "
+                   "where it trains; off (--no-strict-edges) elsewhere: the paper's node-level SIIT, whose edge "
+                   "labels validation.json only reports, and patching may contradict them")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']}, or a planted "
                    "model's own: 750 for a multi-task bundle's views)")
     p.add_argument("--seed", type=int, default=0, help=f"seed of data, correspondence, init and sampling (default {d['seed']})")

@@ -12,26 +12,12 @@ import pytest
 import torch
 
 from eval.core.proportion_bound import upper_bound
-from siit.config import TrainConfig
 from siit.edge_bounds import edge_bounds, edge_changes
 from siit.edges import EdgeLayout
 from siit.effect_bounds import BOUND, BOUND_N, bound_evaluator
 from siit.high_level import as_task
-from siit.initialise import init_weights
-from siit.train_setup import prepare
 from siit.transformer import Patch, Transformer
-
-SMALL = TrainConfig(n_train=256, n_val=128, batch_size=32)
-
-
-@pytest.fixture(scope="module")
-def case_33(compiled):
-    """(compiled case 33, its setup, a seeded random low-level model)."""
-    cc = compiled("33")
-    setup = prepare(cc, SMALL)
-    model = Transformer(setup.low_config).eval()
-    init_weights(model, torch.Generator().manual_seed(0))
-    return cc, setup, model
+from test_effect_bounds import case_33  # noqa: F401  (the fixture: case 33, its setup, a random model)
 
 
 def _mute(model: Transformer) -> Transformer:

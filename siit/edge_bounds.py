@@ -108,7 +108,7 @@ def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor) -> torc
         # what each sender's output moves by on the source: the input's, then each block's nodes
         diffs = torch.cat([(embedding[ev.sources] - embedding)[None],
                            (acts[:, ev.sources] - acts).permute(0, 3, 1, 2, 4).flatten(0, 1)])  # [U, N, T, d]
-        allowed = model._allowed(d.mask.bool(), d.present)
+        allowed = model.allowed_keys(d.mask, d.present)
     out = torch.zeros(edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
     per_chunk = max(1, _MAX_ROWS // n)
     with torch.no_grad():

@@ -253,12 +253,18 @@ class Transformer(nn.Module):
             x = at(name + "hook_resid_post", x)
         return x @ self.unembed.W_U + self.unembed.b_U
 
+    def allowed_keys(self, attention_mask: torch.Tensor, present: torch.Tensor | None = None) -> torch.Tensor | None:
+        """bool [batch, 1, q, k] of the keys each query may attend to, as forward builds them (None:
+        bidirectional attention with every position present)."""
+        return self._allowed(attention_mask.bool(), present)
+
     def read_once(self, layer: int, slot: int, x: torch.Tensor, heads: torch.Tensor, delta: torch.Tensor,
                   allowed: torch.Tensor | None) -> torch.Tensor:
         """[batch, pos, d_model]: the residual stream leaving block `layer` when one reader of it
         (slot: siit.edges.EdgeLayout's order within the block, head h's q, k, v at h, H + h, 2H + h,
         the MLP at 3H) reads x + delta and everything else reads x, where x [batch, pos, d_model]
-        enters the block and heads [batch, pos, H, d_model] are the block's head outputs on x. One
+        enters the block and heads [batch, pos, H, d_model] are the block's head outputs on x (allowed:
+        allowed_keys). One
         patched edge changes one head or the MLP, so only that one is computed (siit.edge_bounds)."""
         block, H = self.blocks[layer], self.n_heads
         a = block.attn

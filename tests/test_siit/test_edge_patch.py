@@ -141,7 +141,7 @@ def test_reading_once_at_the_readers_block_equals_patching_the_edge(causal: bool
     layout = EdgeLayout(model.n_layers, model.n_heads)
     B, valid, H = tokens.shape[0], layout.valid(), model.n_heads
     resid, none = model.residuals(tokens, mask, clean), torch.zeros(B, model.n_layers, H + 1, dtype=torch.bool)
-    allowed = model._allowed(mask.bool(), None)
+    allowed = model.allowed_keys(mask)
     moved = 0
     for u, r in valid.nonzero().tolist():
         edges = torch.zeros(B, *valid.shape, dtype=torch.bool)

@@ -18,8 +18,7 @@ def bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
     b, c = ("**", "`") if markdown else ("", "")
     w = bounds.get("worst") if isinstance(bounds.get("worst"), dict) else {}
     conf = bounds.get("confidence")
-    verdict = (f"{b}exact{b}" if bounds["exact"] else f"{b}NOT exact{b}") + (
-        ", resolved" if bounds.get("resolved") else f", {b}not resolved{b} (an upper bound above it)")
+    verdict = _verdict(bounds, b)
     where = (f"node {c}{cell(w.get('node'))}{c}, " if w.get("node") else "") + (
         f"length {cell(w.get('length'))}, {cell(w.get('shape'))} inputs, {cell(w.get('ablation'))} ablation, "
         f"{cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} sequences changed")
@@ -27,6 +26,12 @@ def bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
             f"{_fine(bounds.get('max_effect'))}, largest {f'{conf:.0%}' if isinstance(conf, float) else '-'} upper "
             f"bound {_fine(bounds.get('max_upper_95'))} ({cell(bounds.get('n_per_length'))} fresh sequences per "
             f"input length and shape, the sequence as unit; worst: {where})")
+
+
+def _verdict(bounds: dict[str, Any], b: str) -> str:
+    """exact or not, resolved or not (b: the bold marker, or none)."""
+    return (f"{b}exact{b}" if bounds["exact"] else f"{b}NOT exact{b}") + (
+        ", resolved" if bounds.get("resolved") else f", {b}not resolved{b} (an upper bound above it)")
 
 
 def _fine(value: Any) -> str:
@@ -72,8 +77,7 @@ def edge_bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
         return None
     b, c = ("**", "`") if markdown else ("", "")
     w = bounds.get("worst") if isinstance(bounds.get("worst"), dict) else {}
-    verdict = (f"{b}exact{b}" if bounds["exact"] else f"{b}NOT exact{b}") + (
-        ", resolved" if bounds.get("resolved") else f", {b}not resolved{b} (an upper bound above it)")
+    verdict = _verdict(bounds, b)
     where = (f"edge {c}{cell(w.get('edge'))}{c}, " if w.get("edge") else "") + (
         f"length {cell(w.get('length'))}, {cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} "
         f"sequences changed")

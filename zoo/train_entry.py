@@ -188,11 +188,13 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
 
     torch.set_num_threads(options.threads)
     case = resolve_case("case", case_id)
-    config = options.config
     try:
         compiled = compiled_task(options.root, case)
     except Exception:  # noqa: BLE001 - the root's compile cache is not writable here (a Ray node)
         compiled = compiled_task(tempfile.mkdtemp(prefix="zoo-compile-"), case)
+    # the case's own defaults, as `zoo train case ID` takes them (Case.strict_edges)
+    config = with_task_defaults(options.config, compiled, lr_given=options.lr_given,
+                                strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given)
     checkpoint: Path | None = entries_dir(Path(options.root or ".")) / f".{case.entry_name}.checkpoint"
     try:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)

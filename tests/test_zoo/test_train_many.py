@@ -93,6 +93,19 @@ def test_training_options_reach_the_workers(tmp_path: Path, capsys) -> None:
     assert training["config"]["strict_edges"] is True
 
 
+def test_a_cases_own_defaults_reach_the_workers(tmp_path: Path, capsys) -> None:
+    """Case.strict_edges is the case's default in a many-case run as in `zoo train case ID`, and an
+    explicit --no-strict-edges overrides it (case 13 trains edge-exact by default, case 8 does not)."""
+    root = tmp_path / "root"
+    code, summary = _run(["--cases", "8,13", "--n-train", "128", "--jobs", "1", "--root", str(root)], capsys)
+    assert {r["case"] for r in summary["rows"]} == {"8", "13"}
+    assert _training(root, "case-13")["config"]["strict_edges"] is True
+    assert _training(root, "case-8")["config"]["strict_edges"] is False
+    other = tmp_path / "other"
+    _run(["--cases", "13", "--n-train", "128", "--no-strict-edges", "--jobs", "1", "--root", str(other)], capsys)
+    assert _training(other, "case-13")["config"]["strict_edges"] is False
+
+
 def test_a_failing_case_leaves_the_others_written_and_exits_1_with_its_row(tmp_path: Path, capsys,
                                                                             monkeypatch) -> None:
     root = tmp_path / "root"

@@ -21,14 +21,15 @@ def tasks_text(validation: dict[str, Any] | None) -> list[str]:
              "inputs they still compute their own nodes, and strictness per task keeps them from moving this "
              "task's output. Each task is an entry of its own with the same weights:", "",
              "| task (entry) | circuit | met | accuracy | IIA min | SIIA min | out-of-circuit resample | bound exact | "
-             "edges exact |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "edges exact | edges exact per length |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for name, row in tasks["views"].items():
         if not isinstance(row, dict):
             continue
         effect = (row.get("max_out_of_circuit_effect") or {}).get("resample")
         lines.append(f"| `{cell(name)}` | {cell(', '.join(row.get('circuit') or []))} | {cell(row.get('met_criterion'))} | "
                      f"{cell(row.get('accuracy'))} | {cell(row.get('iia_min'))} | {cell(row.get('siia_min'))} | "
-                     f"{cell(effect)} | {cell(row.get('effect_bounds_exact'))} | {cell(row.get('edges_exact'))} |")
+                     f"{cell(effect)} | {cell(row.get('effect_bounds_exact'))} | {cell(row.get('edges_exact'))} | "
+                     f"{cell(row.get('edge_bounds_exact'))} |")
     mixed = ((validation or {}).get("realism") or {}).get("battery_all_tasks")
     if isinstance(mixed, dict):
         lines += ["", "The looks again, this entry's circuit against the rest, on every task's inputs (a look at the "

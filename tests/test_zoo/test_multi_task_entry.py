@@ -67,7 +67,7 @@ def test_every_task_is_validated_like_the_entrys_own(trained):
         k = bundle.view_names.index(name)
         assert row["circuit"] == list(bundle.parts[k].placement.values())
         for key in ("met_criterion", "accuracy", "iia_min", "siia_min", "max_out_of_circuit_effect",
-                    "effect_bounds_exact", "edges_exact"):
+                    "effect_bounds_exact", "edges_exact", "edge_bounds_exact"):
             assert key in row, (name, key)
         # a view can only have met what the bundle met
         assert not row["met_criterion"] or result.met_criterion
@@ -84,6 +84,7 @@ def test_the_card_shows_every_task(trained, tmp_path):
                              command=["zoo", "train", "planted", "mt-tiny.shift"])
     card = (dest / "README.md").read_text()
     assert "Multi-task model" in card and "`mt-tiny.first`" in card and "`mt-tiny.second`" in card
+    assert "edges exact per length" in card
     assert "on every task's inputs" in card
     assert "squashed" not in card  # no claim about distractor-less busy nodes: they are other tasks' circuits
 

@@ -24,8 +24,8 @@ from typing import Any
 import torch
 
 from siit.edges import EdgeLayout
-from siit.data import SHAPES
-from siit.effect_bounds import BOUND, BOUND_N, BOUND_SEED, CONFIDENCE, bound_evaluator, cell_of, shape_names
+from siit.effect_bounds import (BOUND, BOUND_N, BOUND_SEED, CONFIDENCE, bound_evaluator, by_length_and_shape,
+                                 cell_of, shape_names)
 from siit.high_level import as_task
 from siit.interventions import node_activations, repeat_rows
 from siit.losses import agree, predictions
@@ -61,14 +61,8 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
     ev = bound_evaluator(evaluator, task, n, seed, measured)
     changed = edge_changes(model, ev, outside.nonzero())  # bool [E, N, T]
     d, lm = ev.data, ev.data.label_mask
-    cells: dict[str, dict[str, dict[str, Any]]] = {}
-    for length in sorted(set(d.lengths.tolist())):
-        cells[str(length)] = {}
-        for shape in measured:
-            rows = (d.lengths == length) & (d.shape_ids == SHAPES.index(shape))
-            distinct = len({d.seqs[i] for i in rows.nonzero().flatten().tolist()})
-            c = cell_of(changed[:, rows], lm[rows], names, distinct, confidence)
-            cells[str(length)][shape] = {("edge" if k == "node" else k): v for k, v in c.items()}
+    cells = by_length_and_shape(d, measured, lambda rows, distinct: cell_of(
+        changed[:, rows], lm[rows], names, distinct, confidence, key="edge"))
     flat = [dict(c, length=int(length), shape=shape) for length, by_shape in cells.items()
             for shape, c in by_shape.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)

@@ -58,14 +58,8 @@ def effect_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int
     outside = list(ev.correspondence.non_aligned)
     changed = _changes(model, ev, outside)
     d, lm = ev.data, ev.data.label_mask
-    cells: dict[str, dict[str, dict[str, Any]]] = {}
-    for length in sorted(set(d.lengths.tolist())):
-        cells[str(length)] = {}
-        for shape in shape_names(d):
-            rows = (d.lengths == length) & (d.shape_ids == SHAPES.index(shape))
-            distinct = len({d.seqs[i] for i in rows.nonzero().flatten().tolist()})
-            cells[str(length)][shape] = {kind: cell_of(changed[kind][:, rows], lm[rows], outside, distinct, confidence)
-                                         for kind in BOUND_ABLATIONS}
+    cells = by_length_and_shape(d, shape_names(d), lambda rows, distinct: {
+        kind: cell_of(changed[kind][:, rows], lm[rows], outside, distinct, confidence) for kind in BOUND_ABLATIONS})
     flat = [dict(c, length=int(length), shape=shape, ablation=kind)
             for length, by_shape in cells.items() for shape, by_kind in by_shape.items() for kind, c in by_kind.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
@@ -120,6 +114,19 @@ def stratified_sample(case: Any, n: int, seed: int) -> dict[int, list[tuple]]:
     return dict(sorted(kept.items()))
 
 
+def by_length_and_shape(data: Dataset, shapes: list[str], cell: Any) -> dict[str, dict[str, Any]]:
+    """length -> shape -> cell(rows, distinct): rows bool [N] of that length and shape, distinct the
+    number of different sequences among them (the bounds' per-cell loop, nodes' and edges')."""
+    out: dict[str, dict[str, Any]] = {}
+    for length in sorted(set(data.lengths.tolist())):
+        out[str(length)] = {}
+        for shape in shapes:
+            rows = (data.lengths == length) & (data.shape_ids == SHAPES.index(shape))
+            distinct = len({data.seqs[i] for i in rows.nonzero().flatten().tolist()})
+            out[str(length)][shape] = cell(rows, distinct)
+    return out
+
+
 def shape_names(data: Dataset) -> list[str]:
     if data.shape_ids is None:
         return ["padded"]
@@ -145,7 +152,7 @@ def _changes(model: Transformer, ev: Evaluator, outside: list[str]) -> dict[str,
 
 
 def cell_of(changed: torch.Tensor, labelled: torch.Tensor, nodes: list[str], distinct: int,
-          confidence: float) -> dict[str, Any]:
+            confidence: float, key: str = "node") -> dict[str, Any]:
     """One (length, shape, ablation): changed bool [nodes, n, T] on those n sequences -> the
     node-max effect, changed sequences and upper bound."""
     n = int(labelled.shape[0])
@@ -157,4 +164,4 @@ def cell_of(changed: torch.Tensor, labelled: torch.Tensor, nodes: list[str], dis
     top = 0.0 if worst is None else float(effect[worst])
     return {"n_sequences": n, "distinct_sequences": distinct, "changed_sequences": k,
             "effect": round(top, 6), "upper_95": math.ceil(upper_bound(k, n, confidence) * 1e6) / 1e6,
-            "node": nodes[worst] if worst is not None and top > 0 else None}
+            key: nodes[worst] if worst is not None and top > 0 else None}

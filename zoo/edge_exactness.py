@@ -11,8 +11,8 @@ reports that. It decides met_criterion only for entries trained with edge-level 
 (TrainConfig.strict_edges, `zoo train --strict-edges`; zoo.train_entry.with_edge_verdict): an
 entry trained without it and `exact: false` has a node-level ground truth that holds and an
 edge-level one that patching contradicts. Run on siit.transformer.Transformer (TransformerLens's hook protocol,
-no transformer_lens import), padded inputs only (eval's patching task, eval.patching.task, builds
-padded inputs; the node-level bound covers every shape, siit.effect_bounds); models with more than
+no transformer_lens import), padded inputs of mixed lengths only (eval's patching task, eval.patching.task, builds
+padded inputs; validation.json's `edge_bounds`, siit.edge_bounds, bounds every edge per input length); models with more than
 EDGE_LIMIT q/k/v edges are skipped (tests/benchmarks/bench_edge_exactness.py measures any entry).
 
 What the sample can see: the positions of one input are not independent draws, so the unit is the

@@ -8,9 +8,11 @@ shape other than padded is never fed. Here every edge outside the circuit (siit.
 outside the high-level graph mapped onto the model, including an edge between two circuit nodes that the
 graph lacks; a labelled head edge labels its q, k and v parts) is patched alone, as edge-level strictness
 trains it and as eval's exact edge patching does it: reader r reads sender u's output on the source, the
-rest of the model its own. Resample only (the ablation methods use for edges; the node bound adds mean
-ablation), with the node bound's sample and sources: BOUND_N sequences per length in every shape, each
-source drawn independently of the base's length.
+rest of the model its own. Under resample (the reader reads the sender's output on another sequence:
+the node bound's sources, each drawn independently of the base's length) and mean ablation (the sender's
+mean output over the sample, per position, as the node bound's), on the node bound's sample: BOUND_N
+sequences per length in every shape. `zoo eval --ablation mean` scores methods by mean-ablated
+patching, so the edge labels must hold there too.
 
 The unit is the sequence (siit.effect_bounds): per length, shape and edge, the fraction of labelled
 positions whose output changes, and per (length, shape) the one-sided Clopper-Pearson bound on the
@@ -24,10 +26,10 @@ from typing import Any
 import torch
 
 from siit.edges import EdgeLayout
-from siit.effect_bounds import (BOUND, BOUND_N, BOUND_SEED, CONFIDENCE, bound_evaluator, by_length_and_shape,
-                                 cell_of, shape_names)
+from siit.effect_bounds import (BOUND, BOUND_ABLATIONS, BOUND_N, BOUND_SEED, CONFIDENCE, bound_evaluator,
+                                 by_length_and_shape, cell_of, shape_names)
 from siit.high_level import as_task
-from siit.interventions import node_activations, repeat_rows
+from siit.interventions import ablation_values, node_activations, repeat_rows
 from siit.losses import agree, predictions
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
@@ -49,7 +51,7 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
     outside = layout.non_circuit(evaluator.correspondence.map_circuit(task.graph).edges)
     names = [f"{s}->{r}" for s, r in layout.names(outside)]
     head = {"bound": bound, "confidence": confidence, "unit": "sequence", "n_per_length": n, "seed": seed,
-            "ablation": "resample", "out_of_circuit_edges": len(names)}
+            "ablations": list(BOUND_ABLATIONS), "out_of_circuit_edges": len(names)}
     if len(names) > limit:
         return {**head, "skipped": f"{len(names)} non-circuit q/k/v edges > {limit}: measure with "
                                    "tests/benchmarks/bench_edge_exactness.py"}
@@ -59,12 +61,12 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
     # (measured on case 33 in all three: equal cells at every length); bidirectional: each one
     measured = ["padded"] if model.causal and "padded" in shapes else shapes
     ev = bound_evaluator(evaluator, task, n, seed, measured)
-    changed = edge_changes(model, ev, outside.nonzero())  # bool [E, N, T]
+    changed = edge_changes(model, ev, outside.nonzero(), BOUND_ABLATIONS)  # ablation -> bool [E, N, T]
     d, lm = ev.data, ev.data.label_mask
-    cells = by_length_and_shape(d, measured, lambda rows, distinct: cell_of(
-        changed[:, rows], lm[rows], names, distinct, confidence, key="edge"))
-    flat = [dict(c, length=int(length), shape=shape) for length, by_shape in cells.items()
-            for shape, c in by_shape.items()]
+    cells = by_length_and_shape(d, measured, lambda rows, distinct: {kind: cell_of(
+        changed[kind][:, rows], lm[rows], names, distinct, confidence, key="edge") for kind in BOUND_ABLATIONS})
+    flat = [dict(c, length=int(length), shape=shape, ablation=kind) for length, by_shape in cells.items()
+            for shape, by_kind in by_shape.items() for kind, c in by_kind.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
     return {**head, "input_shapes": shapes, "measured_shapes": measured,
             "shapes_rule": ("causal attention: every shape computes the same at real positions, the padded one "
@@ -75,44 +77,46 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
             "resolved": all(c["upper_95"] <= bound for c in flat),
             "exact": all(c["effect"] <= bound for c in flat),
             "worst": None if worst is None else {k: worst[k] for k in (
-                "edge", "length", "shape", "effect", "changed_sequences", "n_sequences", "upper_95")},
+                "edge", "length", "shape", "ablation", "effect", "changed_sequences", "n_sequences", "upper_95")},
             "by_length": cells,
-            "definition": f"per input length and shape, over every q/k/v edge outside the circuit patched alone "
-                          f"(resample) on {n} fresh sequences per length: the largest fraction of labelled "
+            "definition": f"per input length, shape and ablation, over every q/k/v edge outside the circuit patched "
+                          f"alone (resample, mean) on {n} fresh sequences per length: the largest fraction of labelled "
                           f"positions whose output changes (effect) and the {confidence:.0%} Clopper-Pearson upper "
                           f"bound on the fraction of sequences one edge changes (upper_95); resolved: every "
                           f"upper_95 <= {bound}; exact: every effect <= {bound}"}
 
 
-def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor) -> torch.Tensor:
-    """bool [E, N, T]: labelled positions whose output changes (regression: by the tolerance or
-    more) when edge (u, r) of `edges` (long [E, 2], EdgeLayout indices) alone reads the source's
-    sender output (ev.sources), against the unpatched run. One edge changes one reader, so each
-    run starts at the reader's block from the clean residual stream, computes only the reader
-    there (Transformer.read_once; a logits edge only unembeds) and the later blocks in full:
-    the same as a whole run that patches the edge (tests/test_siit/test_edge_bounds.py)."""
+def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor,
+                 ablations: tuple[str, ...] = ("resample",)) -> dict[str, torch.Tensor]:
+    """ablation -> bool [E, N, T]: labelled positions whose output changes (regression: by the
+    tolerance or more) when edge (u, r) of `edges` (long [E, 2], EdgeLayout indices) alone reads
+    sender u's output on the source (resample: ev.sources) or its mean over the sample, per position
+    (mean), against the unpatched run. One edge changes one reader, so each run starts at the
+    reader's block from the clean residual stream, computes only the reader there
+    (Transformer.read_once; a logits edge only unembeds) and the later blocks in full: the same as
+    a whole run that patches the edge (tests/test_siit/test_edge_bounds.py). The ablations share
+    each pass (their rows stacked)."""
     d = ev.data
-    n, L, H = len(d), model.n_layers, model.n_heads
+    n, L, H, K = len(d), model.n_layers, model.n_heads, len(ablations)
     per_block = 3 * H + 1
     with torch.no_grad():
         acts = node_activations(model, d.tokens, d.mask, d.present)  # [L, N, T, H + 1, d]
         clean = ev.run_groups(model, torch.zeros(1, L, H + 1, dtype=torch.bool), acts=acts)[0]
         embedding = model.input_embedding(d.tokens, d.mask)
         resid = model.residuals(d.tokens, d.mask, acts)  # [L + 1, N, T, d_model]
-        # what each sender's output moves by on the source: the input's, then each block's nodes
-        diffs = torch.cat([(embedding[ev.sources] - embedding)[None],
-                           (acts[:, ev.sources] - acts).permute(0, 3, 1, 2, 4).flatten(0, 1)])  # [U, N, T, d]
+        # what each sender's output moves by: the input's, then each block's nodes; [K, U, N, T, d]
+        diffs = torch.stack([_sender_diffs(embedding, acts, ev, d.mask, kind) for kind in ablations])
         allowed = model.allowed_keys(d.mask, d.present)
-    out = torch.zeros(edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
-    per_chunk = max(1, _MAX_ROWS // n)
+    out = torch.zeros(K, edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
+    per_chunk = max(1, _MAX_ROWS // (n * K))
     with torch.no_grad():
         for reader in edges[:, 1].unique().tolist():
             index = (edges[:, 1] == reader).nonzero().flatten()
             layer, slot = divmod(reader, per_block)
             for start in range(0, index.shape[0], per_chunk):
                 rows = index[start : start + per_chunk]
-                g = rows.shape[0]
-                delta = diffs[edges[rows, 0].to(diffs.device)].flatten(0, 1)  # [g * N, T, d]
+                g = rows.shape[0] * K
+                delta = diffs[:, edges[rows, 0].to(diffs.device)].flatten(0, 2)  # [K * rows * N, T, d]
                 if layer == L:  # the logits read the final residual stream
                     logits = (repeat_rows(resid[L], g) + delta) @ model.unembed.W_U + model.unembed.b_U
                 else:
@@ -121,6 +125,21 @@ def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor) -> torc
                     present = None if d.present is None else repeat_rows(d.present, g)
                     logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), present=present,
                                    start=(layer + 1, x))[0]
-                preds = predictions(logits, ev.task_kind).reshape(g, n, -1)
-                out[rows] = (~agree(preds, clean[None], ev.task_kind, ev.tolerance) & d.label_mask[None]).cpu()
-    return out
+                preds = predictions(logits, ev.task_kind).reshape(K, rows.shape[0], n, -1)
+                out[:, rows] = (~agree(preds, clean[None, None], ev.task_kind, ev.tolerance) & d.label_mask).cpu()
+    return dict(zip(ablations, out))
+
+
+def _sender_diffs(embedding: torch.Tensor, acts: torch.Tensor, ev: Evaluator, mask: torch.Tensor,
+                  ablation: str) -> torch.Tensor:
+    """[U, N, T, d]: how far each sender's output moves when ablated (the input's, then each block's
+    nodes in EdgeLayout's order): to its value on the source row (resample) or to its mean over the
+    sample at that position (mean, siit.interventions.ablation_values)."""
+    if ablation == "resample":
+        emb, node = embedding[ev.sources], acts[:, ev.sources]
+    elif ablation == "mean":
+        emb = ablation_values(embedding[None, :, :, None], mask, "mean")[0, :, :, 0]
+        node = ablation_values(acts, mask, "mean")
+    else:
+        raise ValueError(f"no edge ablation {ablation!r}: resample or mean")
+    return torch.cat([(emb - embedding)[None], (node - acts).permute(0, 3, 1, 2, 4).flatten(0, 1)])

@@ -79,12 +79,15 @@ def edge_bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
     w = bounds.get("worst") if isinstance(bounds.get("worst"), dict) else {}
     verdict = _verdict(bounds, b)
     where = (f"edge {c}{cell(w.get('edge'))}{c}, " if w.get("edge") else "") + (
-        f"length {cell(w.get('length'))}, {cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} "
-        f"sequences changed")
+        f"length {cell(w.get('length'))}, " + (f"{w['ablation']}, " if w.get("edge") and w.get("ablation") else "")
+        + f"{cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} sequences changed")
+    # entries validated before mean ablation was added name their one ablation as `ablation`
+    ablations = " and ".join(bounds.get("ablations") or [bounds.get("ablation") or "resample"])
     shapes = ", ".join(bounds.get("measured_shapes") or [])
     rule = "" if bounds.get("measured_shapes") == bounds.get("input_shapes") else (
         "; causal attention, so the padded shape stands for every shape")
     return (f"{verdict} at bound {_fine(bounds.get('bound'))}: largest effect of a non-circuit q/k/v edge patched "
-            f"alone {_fine(bounds.get('max_effect'))}, largest 95% upper bound {_fine(bounds.get('max_upper_95'))} "
+            f"alone ({ablations}) {_fine(bounds.get('max_effect'))}, largest 95% upper bound "
+            f"{_fine(bounds.get('max_upper_95'))} "
             f"({cell(bounds.get('out_of_circuit_edges'))} edges, {cell(bounds.get('n_per_length'))} fresh sequences "
             f"per input length, {shapes} inputs{rule}; worst: {where})")

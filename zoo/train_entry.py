@@ -280,7 +280,7 @@ def entry_summary(case, dest: Path, result, validation: dict[str, Any]) -> dict[
             "exact", "max_out_of_circuit_edge_effect", "worst_edge", "bound", "skipped")},
         "edge_bounds": {k: (validation.get("edge_bounds") or {}).get(k) for k in (
             "exact", "resolved", "max_effect", "max_upper_95", "bound", "n_per_length", "out_of_circuit_edges",
-            "input_shapes", "measured_shapes", "worst",
+            "input_shapes", "measured_shapes", "ablations", "worst",
             "skipped")},
         "distractor_r2_min": m.get("distractor_r2_min"),
         "by_shape": m.get("by_shape"),

@@ -62,7 +62,8 @@ def _per_length(path: Path, entry: Any, task: Any) -> dict[str, Any]:
     section = edge_bounds(model, setup.final_evaluator, task, limit=10**9)
     section.pop("definition")
     cells = section.pop("by_length")
-    section["max_by_length"] = {length: max((c["effect"], c["edge"]) for c in by_shape.values())
+    section["max_by_length"] = {length: max((c["effect"], c["edge"] or "", kind) for by_kind in by_shape.values()
+                                            for kind, c in by_kind.items())
                                 for length, by_shape in cells.items()}
     return {**section, "seconds": round(time.perf_counter() - start, 2)}
 

@@ -42,11 +42,12 @@ def test_a_model_nothing_moves_resolves_the_bound_at_every_length(case_33):
     assert section["measured_shapes"] == ["padded"] and "causal" in section["shapes_rule"]
     lengths = range(cc.case.min_seq_len, cc.case.max_seq_len + 1)
     assert sorted(section["by_length"], key=int) == [str(n) for n in lengths]
+    assert section["ablations"] == ["resample", "mean"]
     for by_shape in section["by_length"].values():
-        assert set(by_shape) == {"padded"}
-        cell = by_shape["padded"]
-        assert cell["n_sequences"] == BOUND_N and cell["changed_sequences"] == 0 and cell["edge"] is None
-        assert cell["upper_95"] == pytest.approx(upper_bound(0, BOUND_N), abs=1e-6)
+        assert set(by_shape) == {"padded"} and set(by_shape["padded"]) == {"resample", "mean"}
+        for cell in by_shape["padded"].values():
+            assert cell["n_sequences"] == BOUND_N and cell["changed_sequences"] == 0 and cell["edge"] is None
+            assert cell["upper_95"] == pytest.approx(upper_bound(0, BOUND_N), abs=1e-6)
 
 
 def test_edges_that_move_outputs_are_seen_and_named(case_33):
@@ -55,6 +56,9 @@ def test_edges_that_move_outputs_are_seen_and_named(case_33):
     assert section["exact"] is False and section["max_effect"] > BOUND
     worst = section["worst"]
     assert worst["effect"] == section["max_effect"] and worst["changed_sequences"] > 0
+    assert worst["ablation"] in ("resample", "mean")
+    cells = [c for by_shape in section["by_length"].values() for by_kind in by_shape.values() for c in by_kind.values()]
+    assert max(c["effect"] for c in cells) == section["max_effect"]
     sender, reader = worst["edge"].split("->")
     labelled = {(s, d) for s, d in setup.corr.map_circuit(cc.graph).edges}
     assert (sender, reader.split("<")[0]) not in labelled  # a non-circuit edge, by its head-level name
@@ -68,20 +72,28 @@ def test_each_edges_changes_equal_patching_it_alone_by_hand(case_33):
     layout = EdgeLayout(model.n_layers, model.n_heads)
     edges = layout.valid().nonzero()
     edges = edges[torch.randperm(edges.shape[0], generator=torch.Generator().manual_seed(1))[:12]]
-    got = edge_changes(model, ev, edges)
+    got = edge_changes(model, ev, edges, ("resample", "mean"))
+    assert torch.equal(edge_changes(model, ev, edges)["resample"], got["resample"])  # stacked or alone: the same
     d = ev.data
+    real = d.mask.float()[:, :, None]
     with torch.no_grad():
         acts = model(d.tokens, d.mask, return_acts=True, present=d.present)[1]
         clean = model(d.tokens, d.mask, present=d.present)[0].argmax(-1)
-        src, inputs = acts[:, ev.sources], model.input_embedding(d.tokens, d.mask)[ev.sources]
+        embedding = model.input_embedding(d.tokens, d.mask)
+        # mean ablation: the sender's mean over the sequences where the position is real, at each position
+        mean_acts = (acts * real[None, :, :, :, None]).sum(1, keepdim=True) / real.sum(0)[None, None, :, :, None]
+        mean_input = (embedding * real).sum(0, keepdim=True) / real.sum(0)[None]
+        sources = {"resample": (acts[:, ev.sources], embedding[ev.sources]),
+                   "mean": (mean_acts.expand_as(acts), mean_input.expand_as(embedding))}
         none = torch.zeros(len(d), model.n_layers, model.n_heads + 1, dtype=torch.bool)
-        for i, (u, r) in enumerate(edges.tolist()):
-            one = torch.zeros(len(d), *layout.shape, dtype=torch.bool)
-            one[:, u, r] = True
-            patched = model(d.tokens, d.mask, Patch(mask=none, values=src, edges=one, input_values=inputs),
-                            present=d.present)[0].argmax(-1)
-            assert torch.equal(got[i], (patched != clean) & d.label_mask), layout.names(one[0])
-    assert got.any()  # some of them move outputs: the comparison is not vacuous
+        for kind, (src, inputs) in sources.items():
+            for i, (u, r) in enumerate(edges.tolist()):
+                one = torch.zeros(len(d), *layout.shape, dtype=torch.bool)
+                one[:, u, r] = True
+                patched = model(d.tokens, d.mask, Patch(mask=none, values=src, edges=one, input_values=inputs),
+                                present=d.present)[0].argmax(-1)
+                assert torch.equal(got[kind][i], (patched != clean) & d.label_mask), (kind, layout.names(one[0]))
+            assert got[kind].any()  # some of them move outputs: the comparison is not vacuous
 
 
 def test_the_card_and_the_cli_say_the_edge_bound(case_33):
@@ -94,7 +106,12 @@ def test_the_card_and_the_cli_say_the_edge_bound(case_33):
     assert edge_bound_sentence(quiet, markdown=False).startswith("exact, resolved at bound 0.0100")
     sentence = edge_bound_sentence(loud, markdown=False)
     assert sentence.startswith("NOT exact") and loud["worst"]["edge"] in sentence
-    assert "padded shape stands for every shape" in sentence
+    assert "padded shape stands for every shape" in sentence and "(resample and mean)" in sentence
+    assert loud["worst"]["ablation"] in sentence
+    # an entry validated before mean ablation was added names its one ablation
+    old = {**loud, "ablation": "resample", "worst": {**loud["worst"], "ablation": None}}
+    del old["ablations"]
+    assert "(resample)" in edge_bound_sentence(old, markdown=False)
     card = render_model_card(name="case-33", config=cc.config, circuit=cc.graph.to_json(),
                              case=cc.case.metadata(), training=None, validation={"edge_bounds": loud})
     assert "Edge-level bound on a fresh sample: **NOT exact**" in card

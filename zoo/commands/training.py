@@ -231,7 +231,8 @@ def _bounds_missed(summary: dict, trains_edges: bool) -> str:
         out += f", edge {edges['worst_edge']} effect {edges['max_out_of_circuit_edge_effect']} > bound {edges['bound']}"
     if trains_edges and eb.get("exact") is False:
         w = eb["worst"]
-        out += f", edge {w['edge']} effect {w['effect']} > bound {eb['bound']} at length {w['length']}"
+        how = f" ({w['ablation']})" if w.get("ablation") else ""
+        out += f", edge {w['edge']} effect {w['effect']}{how} > bound {eb['bound']} at length {w['length']}"
     bounds, w = summary["effect_bounds"], summary["effect_bounds"].get("worst") or {}
     if bounds.get("exact") is False:
         out += (f", node {w['node']} effect {w['effect']} > bound {bounds['bound']} at length {w['length']} "

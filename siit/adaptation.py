@@ -29,6 +29,13 @@ an emphasis and four lr cycles). Before giving up, training adapts, in this orde
    (gen-0-4: SIIA .78 -> .84 over the last 1000). A run on a plateau (catalogue case 130: a
    distractor's R² flat at .85 from step 425 on) still stops at the budget it was given.
 
+4. rollback: a check whose worst task metric (accuracy, IIA, SIIA) falls COLLAPSE below that of the
+   best check so far (once that one reached ANCHOR_FLOOR) is a collapse, not noise: training goes back to
+   the weights and optimiser state of that check (siit.trainer keeps them) and goes on at half the lr
+   in use. Without it causal-bench-4x4 with edge-level strictness went from accuracy 1.0 and IIA .98
+   at step 1425 to accuracy 0.39 by step 1925 and never recovered; 10x10 at lr 0.01 collapsed twice
+   (docs/results.md); case 21 with edge strictness sat at accuracy 0.90 after one.
+
 Everything is a pure function of the validation history, so a resumed run makes the same choices,
 and the state is plain JSON (saved in checkpoints, written to training.json).
 """
@@ -44,7 +51,7 @@ import torch
 
 from siit.config import TrainConfig
 
-Action = Literal["emphasis", "lr_restart", "extension", "edge_phase"]
+Action = Literal["emphasis", "lr_restart", "extension", "edge_phase", "rollback"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -76,12 +83,16 @@ class AdaptState:
     such a check's worst metric (a node at .9994) set a best that the edges (.96) never beat, and
     every later check counted as a stall: case 11 restarted the lr down to 4e-5 with its last
     edge lagging."""
+    anchor: tuple[int, float] | None = None
+    """(step, worst task metric: task_worst) of the check whose weights training keeps to roll back
+    to: the best such check at or above ANCHOR_FLOOR (siit.trainer holds the weights)."""
 
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["actions"] = [dict(a) for a in self.actions]
         data["best"] = None if math.isinf(self.best) else self.best
         data["trail"] = [list(t) for t in self.trail]
+        data["anchor"] = None if self.anchor is None else list(self.anchor)
         return data
 
     @classmethod
@@ -90,6 +101,8 @@ class AdaptState:
         data["best"] = -math.inf if data["best"] is None else float(data["best"])
         data["actions"] = tuple(dict(a) for a in data["actions"])
         data["trail"] = tuple((int(step), float(best)) for step, best in data.get("trail", ()))
+        anchor = data.get("anchor")
+        data["anchor"] = None if anchor is None else (int(anchor[0]), float(anchor[1]))
         return cls(**data)
 
 
@@ -236,3 +249,40 @@ def _restart(state: AdaptState, config: TrainConfig, step: int, reason: str,
 def _act(state: AdaptState, step: int, action: Action, reason: str, **extra: Any) -> AdaptState:
     record = {"step": step, "action": action, "reason": reason, **extra}
     return dataclasses.replace(state, since_best=0, actions=state.actions + (record,))
+
+
+COLLAPSE = 0.2
+"""A check whose worst task metric is this far below the anchor's is a collapse (rollback)."""
+ANCHOR_FLOOR = 0.9
+"""Checks below this worst task metric are never kept: early training moves by more than COLLAPSE
+from check to check on its own."""
+
+
+def task_worst(metrics: dict[str, Any], config: TrainConfig) -> float:
+    """The worst of accuracy, IIA and SIIA, each divided by the criterion: what a collapse destroys.
+    Not the edges' SIIA (it drops when the edges are first measured, by design) nor the distractors'
+    R² (negative early on, and slow: case 33's reaches its floor at the last check)."""
+    return min(min(metrics[m] / config.criterion, 1.0) for m in ("accuracy", "iia_min", "siia_min"))
+
+
+def is_anchor(state: AdaptState, config: TrainConfig, metrics: dict[str, Any]) -> bool:
+    """Whether this check's weights are the ones to keep (the best task_worst so far, at or above
+    ANCHOR_FLOOR; a tie keeps the later one)."""
+    worst = task_worst(metrics, config)
+    return config.adaptive and worst >= ANCHOR_FLOOR and (state.anchor is None or worst >= state.anchor[1])
+
+
+def collapsed(state: AdaptState, config: TrainConfig, metrics: dict[str, Any]) -> bool:
+    """Whether this check fell COLLAPSE or more below the kept weights' task_worst."""
+    return config.adaptive and state.anchor is not None and task_worst(metrics, config) <= state.anchor[1] - COLLAPSE
+
+
+def rollback(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any]) -> AdaptState:
+    """The schedule once the anchor's weights are restored: a new lr cycle at half the lr in use
+    (floored as restarts are), recorded with the collapse it undid."""
+    assert state.anchor is not None
+    lr = max(0.5 * learning_rate(state, config, step), LR_FLOOR * config.lr)
+    reason = (f"worst task metric {task_worst(metrics, config):.4f}, {COLLAPSE} or more below "
+              f"{state.anchor[1]:.4f} at step {state.anchor[0]}: back to that step's weights")
+    return _act(dataclasses.replace(state, cycle_start=step, cycle_lr=lr), step, "rollback", reason, lr=lr,
+                to_step=state.anchor[0])

@@ -28,12 +28,16 @@ class CheckpointError(ValueError):
     """A checkpoint that cannot be resumed from (one line)."""
 
 
-def save_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam, meta: dict[str, Any]) -> None:
+def save_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam, meta: dict[str, Any],
+                    extra: dict[str, torch.Tensor] | None = None) -> None:
+    """extra: more tensors to keep (the weights training may roll back to, siit.trainer), read back
+    by load_checkpoint(..., extra=)."""
     from safetensors.torch import save_file
 
     # on the CPU: a checkpoint made on a GPU resumes anywhere (load_state_dict copies onto the device)
     tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
     tensors.update({f"optim.{k}": v.detach().cpu().contiguous() for k, v in optimizer.state_tensors().items()})
+    tensors.update({f"extra.{k}": v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
     write_id = uuid.uuid4().hex
     for stale in [*path.parent.glob(f".{path.name}.tmp.*"), *path.parent.glob(f".{path.name}.old.*")]:
         _remove(stale)  # left by a run killed mid-swap: a checkpoint has one writer, its run
@@ -49,9 +53,11 @@ def save_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam, meta
         raise
 
 
-def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam) -> dict[str, Any] | None:
-    """Restore model and optimiser from `path`; returns the JSON metadata, or None if there is no
-    checkpoint. A checkpoint whose two files do not belong together raises CheckpointError."""
+def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam,
+                    extra: dict[str, torch.Tensor] | None = None) -> dict[str, Any] | None:
+    """Restore model and optimiser from `path` (and fill `extra` with the extra tensors saved);
+    returns the JSON metadata, or None if there is no checkpoint. A checkpoint whose two files do
+    not belong together raises CheckpointError."""
     from safetensors import safe_open
     from safetensors.torch import load_file
 
@@ -76,6 +82,8 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam) -> d
     model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
     optimizer.load_state_tensors({k[6:]: v for k, v in tensors.items() if k.startswith("optim.")},
                                  meta["optimizer_steps"])
+    if extra is not None:
+        extra.update({k[6:]: v for k, v in tensors.items() if k.startswith("extra.")})
     return meta
 
 

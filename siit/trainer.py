@@ -122,9 +122,33 @@ class _Run:
     emphasis: torch.Tensor | None = None
     edge_emphasis: torch.Tensor | None = None
     """Strictness's draw weights over non-circuit edges (siit.edges.edge_weights), from the last check."""
+    anchor: _Anchor | None = None
+    """The weights a collapse rolls back to (siit.adaptation.rollback), those of AdaptState.anchor's check."""
 
     def elapsed(self) -> float:
         return self.seconds + time.perf_counter() - self.start
+
+
+@dataclasses.dataclass(frozen=True)
+class _Anchor:
+    """A check's trainee weights and optimiser state (copies), and its metrics."""
+
+    tensors: dict[str, torch.Tensor]
+    """The trainee's state_dict under "model.", the optimiser's moments under "optim."."""
+    optimizer_steps: int
+    metrics: dict[str, Any]
+
+    @classmethod
+    def of(cls, run: _Run) -> _Anchor:
+        tensors = {f"model.{k}": v.detach().clone() for k, v in run.trainee.state_dict().items()}
+        tensors.update({f"optim.{k}": v.detach().clone() for k, v in run.optimizer.state_tensors().items()})
+        return cls(tensors, run.optimizer.steps, copy.deepcopy(run.metrics))
+
+    def restore(self, run: _Run) -> None:
+        run.trainee.load_state_dict({k[6:]: v for k, v in self.tensors.items() if k.startswith("model.")})
+        run.optimizer.load_state_tensors({k[6:]: v for k, v in self.tensors.items() if k.startswith("optim.")},
+                                         self.optimizer_steps)
+        run.metrics = copy.deepcopy(self.metrics)
 
 
 def train(
@@ -160,7 +184,8 @@ def _start(s: Setup, config: TrainConfig, checkpoint_dir: Path | None, resume: b
     trainee.to(s.device)
     optimizer = Adam(trainee.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     run = _Run(trainee, optimizer, adaptation.start(config), checkpoint_dir)
-    meta = load_checkpoint(checkpoint_dir, model=trainee, optimizer=optimizer) \
+    extra: dict[str, torch.Tensor] = {}
+    meta = load_checkpoint(checkpoint_dir, model=trainee, optimizer=optimizer, extra=extra) \
         if resume and checkpoint_dir is not None else None
     if meta is not None:
         if meta["config"] != config.to_json() or meta["low_config"] != s.low_config:
@@ -170,6 +195,9 @@ def _start(s: Setup, config: TrainConfig, checkpoint_dir: Path | None, resume: b
         run.adapt = AdaptState.from_json(meta["adaptation"])
         run.met = bool(run.history) and run.history[-1]["met_criterion"]
         run.metrics = run.history[-1]["metrics"] if run.history else None
+        if meta.get("anchor") is not None:
+            run.anchor = _Anchor({k: v.to(s.device) for k, v in extra.items()}, meta["anchor"]["optimizer_steps"],
+                                 meta["anchor"]["metrics"])
     run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.interventions)
     run.edge_emphasis = _edge_emphasis(s, run.history)
     run.start = time.perf_counter()
@@ -215,12 +243,20 @@ def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
     """A periodic check, what it changes in the schedule, its history record and a checkpoint."""
     lagging = train_checks.lagging_edges(run.history, config)
     run.metrics, run.met, checked = train_checks.check(run.trainee, s, config, lagging)
-    if not run.met:
+    record = {"step": run.step, "epoch": round(run.step / config.steps_per_epoch, 3), "lr": run.optimizer.lr,
+              "losses": run.losses, "metrics": run.metrics}
+    if not run.met and run.anchor is not None and adaptation.collapsed(run.adapt, config, run.metrics):
+        record["rolled_back_to"] = run.adapt.anchor[0]  # the history keeps what this check saw
+        run.adapt = adaptation.rollback(run.adapt, config, run.step, run.metrics)
+        run.anchor.restore(run)
+    elif not run.met:
         run.adapt = adaptation.after_validation(run.adapt, config, run.step, run.metrics)
+        if adaptation.is_anchor(run.adapt, config, run.metrics):
+            run.adapt = dataclasses.replace(run.adapt, anchor=(run.step, adaptation.task_worst(run.metrics, config)))
+            run.anchor = _Anchor.of(run)
+    if not run.met:
         run.emphasis = adaptation.node_weights(run.adapt, run.metrics, s.corr.interventions)
-    run.history.append({"step": run.step, "epoch": round(run.step / config.steps_per_epoch, 3),
-                        "lr": run.optimizer.lr, "losses": run.losses, "metrics": run.metrics,
-                        "checked_on": checked, "met_criterion": run.met, "seconds": round(run.elapsed(), 3),
+    run.history.append({**record, "checked_on": checked, "met_criterion": run.met, "seconds": round(run.elapsed(), 3),
                         "device": str(s.device)})  # a resumed run may continue on another device
     run.edge_emphasis = _edge_emphasis(s, run.history)
     _checkpoint(run, s, config)
@@ -228,9 +264,12 @@ def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
 
 def _checkpoint(run: _Run, s: Setup, config: TrainConfig) -> None:
     if run.checkpoint_dir is not None:
+        anchor = None if run.anchor is None else {"optimizer_steps": run.anchor.optimizer_steps,
+                                                  "metrics": run.anchor.metrics}
         save_checkpoint(run.checkpoint_dir, model=run.trainee, optimizer=run.optimizer, meta={
-            "config": config.to_json(), "low_config": s.low_config, "step": run.step,
-            "history": run.history, "seconds": run.elapsed(), "adaptation": run.adapt.to_json()})
+            "config": config.to_json(), "low_config": s.low_config, "step": run.step, "history": run.history,
+            "seconds": run.elapsed(), "adaptation": run.adapt.to_json(), "anchor": anchor},
+            extra=None if run.anchor is None else run.anchor.tensors)
 
 
 def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> TrainResult:

@@ -225,3 +225,68 @@ def test_a_stalled_run_adapts_records_it_and_resumes_to_the_same_weights(compile
     assert resumed.adaptation == full.adaptation
     sa, sb = full.model.state_dict(), resumed.model.state_dict()
     assert all(torch.equal(sa[k], sb[k]) for k in sa)
+
+
+def test_a_collapse_is_undone_only_below_the_anchor_by_the_margin() -> None:
+    """The anchor is the best check by its worst task metric (accuracy, IIA, SIIA) at or above
+    ANCHOR_FLOOR; a check COLLAPSE below it rolls back, at half the lr in use; edges (measured late,
+    low by design) and distractor R² never count."""
+    config = TrainConfig()
+    state = adaptation.start(config)
+    assert not adaptation.is_anchor(state, config, _metrics({"a": adaptation.ANCHOR_FLOOR - 0.01}))
+    high = _metrics({"a": 0.98})
+    assert adaptation.is_anchor(state, config, high)
+    state = dataclasses.replace(state, anchor=(100, adaptation.task_worst(high, config)))
+    assert not adaptation.is_anchor(state, config, _metrics({"a": 0.97}))
+    assert adaptation.is_anchor(state, config, _metrics({"a": 0.98}))  # a tie keeps the later check
+    assert not adaptation.collapsed(state, config, _metrics({"a": 0.98 - adaptation.COLLAPSE + 0.01}))
+    assert not adaptation.collapsed(state, config, {**high, "edge_siia_min": 0.2, "distractor_r2_min": -3.0})
+    low = _metrics({"a": 0.6}, accuracy=0.7)
+    assert adaptation.collapsed(state, config, low)
+    assert not adaptation.collapsed(state, TrainConfig(adaptive=False), low)
+    lr_in_use = adaptation.learning_rate(state, config, 500)
+    after = adaptation.rollback(state, config, 500, low)
+    assert after.actions[-1]["action"] == "rollback" and after.actions[-1]["to_step"] == 100
+    assert after.cycle_start == 500 and after.cycle_lr == pytest.approx(0.5 * lr_in_use)
+    assert AdaptState.from_json(after.to_json()) == after
+
+
+def _sabotage_at(step: int):
+    """run_step that, after step `step`, overwrites every weight with noise: a collapse on demand."""
+    from siit import train_step
+
+    real = train_step.run_step
+
+    def run_step(trainee, optimizer, s, config, task, at, *rest):
+        out = real(trainee, optimizer, s, config, task, at, *rest)
+        if at == step - 1:
+            gen = torch.Generator().manual_seed(0)
+            with torch.no_grad():
+                for p in trainee.model.parameters():
+                    p.copy_(3 * torch.randn(p.shape, generator=gen))
+        return out
+
+    return run_step
+
+
+def test_a_collapsed_run_rolls_back_to_its_best_check_and_resumes_to_the_same_weights(
+        compiled, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from siit import train_step
+
+    cc = compiled("33")
+    config = TrainConfig(seed=0)
+    monkeypatch.setattr(train_step, "run_step", _sabotage_at(100))
+    full = train(cc, config)
+    rolled = [h for h in full.history if "rolled_back_to" in h]
+    assert len(rolled) == 1 and rolled[0]["step"] == 100 and rolled[0]["metrics"]["accuracy"] < 0.9
+    anchor = next(h for h in full.history if h["step"] == rolled[0]["rolled_back_to"])
+    assert adaptation.task_worst(anchor["metrics"], config) >= adaptation.ANCHOR_FLOOR
+    assert [a["action"] for a in full.adaptation.actions].count("rollback") == 1
+    assert full.met_criterion  # the restored weights go on to the criterion
+    ckpt = tmp_path / "ckpt"
+    with pytest.raises(TrainingInterrupted):  # stopped right after the rollback: the anchor is in the checkpoint
+        train(cc, config, checkpoint_dir=ckpt, should_stop=lambda step: step == 101)
+    resumed = train(cc, config, checkpoint_dir=ckpt, resume=True)
+    assert resumed.adaptation == full.adaptation and resumed.steps == full.steps
+    sa, sb = full.model.state_dict(), resumed.model.state_dict()
+    assert all(torch.equal(sa[k], sb[k]) for k in sa)

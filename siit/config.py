@@ -250,15 +250,6 @@ class TrainConfig:
         return self.strict_edges and self.strict_weight > 0
 
     @property
-    def behaviour_on_sources(self) -> bool:
-        """Whether the behaviour loss is read off the source run (an unpatched run on training
-        inputs, computed anyway) instead of a third block of base rows in the stacked run: a
-        quarter fewer rows a step (case 3: 1350 steps in 27.6 s against 1325 in 33.7 s). Not with
-        edge-level strictness: cases 18 and 26 then stalled past 5400 steps (1200 and 2375 with
-        behaviour on the base rows, which the strictness rows share)."""
-        return not self.trains_edges
-
-    @property
     def judged_metrics(self) -> tuple[str, ...]:
         """The metrics the criterion needs: only what the losses train."""
         return (("accuracy",) + (("iia",) if self.iit_weight > 0 else ()) + (("siia",) if self.strict_weight > 0 else ())

@@ -3,10 +3,9 @@ on as few forward passes as the maths allows -> one optimiser update (three for 
 
 Every row of a batch samples its own high-level node for IIT and its own non-aligned nodes for
 strictness, so a step needs no per-node Python loop: the source run is one forward pass (its node
-activations are the patch values and carry the realism losses; without edge-level strictness its
-logits carry the behaviour loss too: TrainConfig.behaviour_on_sources), and the IIT, strictness
-(and otherwise behaviour) rows are one stacked base run of 2 (3) x batch rows that reads the one
-copy of the source activations (siit.transformer.Patch). Every row also takes its own input shape (padded,
+activations are the patch values and carry the realism losses), and the IIT, strictness and
+behaviour rows are one stacked base run of 3 x batch rows that reads the one copy of the source
+activations (siit.transformer.Patch). Every row also takes its own input shape (padded,
 unpadded, partly padded) under bidirectional attention.
 """
 
@@ -70,8 +69,16 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     tokens, mask, labels, lm = d.tokens[bases], d.mask[bases], d.labels[bases], d.label_mask[bases]
     (present, _), (src_present, src_padded) = _present(s, d.lengths[bases], gen), _present(s, d.lengths[sources], gen)
     B = bases.shape[0]
+    # IIT: each row intervenes on one high-level node (and its low-level image), lagging ones more
+    # often once training has stalled (siit.adaptation)
     view = s.high.row_task_index(tokens) if s.views else None  # a multi-task bundle: each row's view
-    choice = _iit_choice(s, view, emphasis, B, gen)
+    if view is not None:
+        w = _own_task_weights(s)[view] * (1.0 if emphasis is None else emphasis[None])  # [B, n_high]
+        choice = torch.multinomial(w, 1, generator=gen)[:, 0]
+    elif emphasis is None:
+        choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
+    else:
+        choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
     iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
     iit_mask = s.low_masks[choice]
     non_aligned = s.non_aligned if view is None else torch.stack([v.non_aligned for v in s.views])[view]
@@ -95,20 +102,12 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     out: dict[str, float] = {}
     groups = [parts] if config.scheme == "apph" else [[p] for p in parts]  # alg1: one update per loss
     for group in groups:
-        on_sources = config.behaviour_on_sources and "behavior" in group
-        source_logits, source_acts, aux = _source_run(trainee, s, config, *src, out, behaviour=on_sources)
-        total = aux
-        if on_sources:
-            loss = _loss(s, source_logits, _to(d.labels[sources], dev), _to(d.label_mask[sources], dev),
-                         task, None) * weights["behavior"]
-            out["behavior"] = float(loss.detach())
-            total = total + loss
-            group = [p for p in group if p != "behavior"]
+        source_acts, aux = _source_run(trainee, s, config, *src, out)
         k = len(group)
-        if k:
-            patch = _patch(trainee, config, group, masks, source_acts, strict_edges, shuffle, src[0], src[1])
-            rows_present = None if present is None else present.repeat(k, 1)
-            logits, _ = model(tokens.repeat(k, 1), mask.repeat(k, 1), patch, present=rows_present)
+        patch = _patch(trainee, config, group, masks, source_acts, strict_edges, shuffle, src[0], src[1])
+        rows_present = None if present is None else present.repeat(k, 1)
+        logits, _ = model(tokens.repeat(k, 1), mask.repeat(k, 1), patch, present=rows_present)
+        total = aux
         for i, part in enumerate(group):
             loss = _loss(s, logits[i * B : (i + 1) * B], targets[part], lm, task, position_weight[part]) * weights[part]
             out[part] = float(loss.detach())
@@ -118,18 +117,6 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         optimizer.step()
     out["total"] = sum(v for key, v in out.items() if key != "total")
     return out
-
-
-def _iit_choice(s: Setup, view: torch.Tensor | None, emphasis: torch.Tensor | None, batch: int,
-                gen: torch.Generator) -> torch.Tensor:
-    """long [B]: the high-level node (intervention) each IIT row interchanges, lagging ones more
-    often once training has stalled (siit.adaptation); view: each row's task in a bundle, or None."""
-    if view is not None:
-        w = _own_task_weights(s)[view] * (1.0 if emphasis is None else emphasis[None])  # [B, n_high]
-        return torch.multinomial(w, 1, generator=gen)[:, 0]
-    if emphasis is None:
-        return torch.randint(0, s.high_masks.shape[0], (batch,), generator=gen)
-    return torch.multinomial(emphasis, batch, replacement=True, generator=gen)
 
 
 def _loss(s: Setup, logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor, task: str,
@@ -185,18 +172,18 @@ def _to(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
 def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.Tensor, mask: torch.Tensor,
                 present: torch.Tensor | None, padded: torch.Tensor | None, positions: torch.Tensor,
                 row_weight: torch.Tensor, keys: torch.Tensor | None,
-                out: dict[str, float], behaviour: bool = False) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """The source run's logits [B, T, V] (the behaviour loss reads them when `behaviour`), its node
-    activations [L, B, T, S, d] (the patch values) and the losses on them: realism (distractors of out-of-circuit nodes, norm ceiling of circuit nodes) and, where
+                out: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
+    """Node activations of the source run [L, B, T, S, d] (the patch values) and the losses on
+    them: realism (distractors of out-of-circuit nodes, norm ceiling of circuit nodes) and, where
     the high-level model has saturated heads, their attention margin (siit.saturation; `keys`
     bool [n_heads, B, T, T] their keys on these rows).
 
     With `source_gradient` the IIT/SIIT loss is differentiated through the source run too (the
     full gradient of LOSS(INTINV(M, b, s, V))): strictness can then make a non-aligned node itself
     input-independent, instead of only teaching the rest of the model to compensate for it."""
-    need_grad = config.source_gradient or s.targets is not None or keys is not None or behaviour
+    need_grad = config.source_gradient or s.targets is not None or keys is not None
     with torch.set_grad_enabled(need_grad):
-        logits, acts = trainee.model(tokens, mask, return_acts=True, present=present)
+        acts = trainee.model(tokens, mask, return_acts=True, present=present)[1]
     aux = acts.new_zeros(())
     if s.targets is not None:
         weight = positions * row_weight[:, None]  # [B, T] sources weighted as the training inputs
@@ -214,7 +201,7 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         sat = margin_loss(scores, keys, positions if present is None else positions & present)
         out["saturation"] = float(sat.detach())
         aux = aux + sat
-    return logits, (acts if config.source_gradient else acts.detach()), aux
+    return (acts if config.source_gradient else acts.detach()), aux
 
 
 def _own_task_weights(s: Setup) -> torch.Tensor:

@@ -113,30 +113,3 @@ def test_case_33_reaches_criterion(compiled) -> None:
     m = result.metrics
     assert m["accuracy"] == 1.0 and m["iia_min"] == 1.0
     assert m["siia_min"] == 1.0 and m["siia_all"] == 1.0
-
-
-@pytest.mark.parametrize("strict_edges", [False, True])
-def test_the_behaviour_loss_is_the_unpatched_loss_on_its_rows(compiled, strict_edges: bool) -> None:
-    """Without edge-level strictness the behaviour loss is read off the source run (the step's
-    unpatched run on training inputs); with it, off a block of unpatched base rows. Either way it is
-    the model's own loss on those rows before the update."""
-    from siit.losses import output_loss
-    from siit.optim import Adam
-    from siit.train_setup import Trainee, prepare
-    from siit.train_step import _batch, run_step
-    from siit.transformer import Transformer
-
-    cc = compiled("33")
-    config = TrainConfig(**SMALL, strict_edges=strict_edges)
-    assert config.behaviour_on_sources is not strict_edges
-    s = prepare(cc, config)
-    trainee = Trainee(Transformer(s.low_config), len(s.targets.distractors))
-    bases, sources, _ = _batch(s, config, 0)
-    rows = sources if config.behaviour_on_sources else bases
-    d = s.train_set
-    with torch.no_grad():
-        logits = trainee.model(d.tokens[rows], d.mask[rows])[0]
-        expected = output_loss(logits, d.labels[rows], d.label_mask[rows], "classification", None)
-    optimizer = Adam(trainee.parameters(), lr=config.lr, betas=config.betas)
-    out = run_step(trainee, optimizer, s, config, "classification", 0)
-    assert out["behavior"] == pytest.approx(float(expected) * config.behavior_weight, rel=1e-5)

@@ -33,8 +33,9 @@ an emphasis and four lr cycles). Before giving up, training adapts, in this orde
    best check so far (once that one reached ANCHOR_FLOOR) is a collapse, not noise: training goes back to
    the weights and optimiser state of that check (siit.trainer keeps them) and goes on at half the lr
    in use. Without it causal-bench-4x4 with edge-level strictness went from accuracy 1.0 and IIA .98
-   at step 1425 to accuracy 0.39 by step 1925 and never recovered; 10x10 at lr 0.01 collapsed twice
-   (docs/results.md); case 21 with edge strictness sat at accuracy 0.90 after one.
+   at step 1425 to accuracy 0.39 by step 1925 and never recovered, and cases 3 and 4 (default
+   training) climbed back from collapses for hundreds of steps (1600 and 3225 steps; 1325 and 2250
+   with the rollback); 10x10 at lr 0.01 collapsed twice (docs/results.md).
 
 Everything is a pure function of the validation history, so a resumed run makes the same choices,
 and the state is plain JSON (saved in checkpoints, written to training.json).

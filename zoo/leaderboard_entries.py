@@ -22,8 +22,9 @@ ModelChoice = Literal["auto", "trained", "compiled"]
 
 
 def bench_entries(root: Path, *, cases: Sequence[str] = (), planted: Sequence[str] = (),
-                  model: ModelChoice = "auto") -> list[Any]:
-    """The BenchEntry list, or a one-line ZooError naming what is missing and what exists."""
+                  model: ModelChoice = "auto", ablation: str = "resample") -> list[Any]:
+    """The BenchEntry list, or a one-line ZooError naming what is missing and what exists; each
+    entry's edge labels judged under `ablation`, the one the methods will patch with."""
     from zoo.paths import entries_dir
 
     where = entries_dir(root)
@@ -36,22 +37,22 @@ def bench_entries(root: Path, *, cases: Sequence[str] = (), planted: Sequence[st
             if f"planted-{name}" not in have:
                 raise ZooError(f"no planted entry planted-{name} under {where} (planted entries there: "
                                f"{', '.join(have) or 'none'})")
-            out.append(_trained(where / f"planted-{name}", root))
+            out.append(_trained(where / f"planted-{name}", root, ablation))
     for case_id in cases:
-        out.append(_case_entry(case_id, root, model))
+        out.append(_case_entry(case_id, root, model, ablation))
     if not cases and not planted:
         if not found:
             raise ZooError(f"no entries under {where}: train some (`zoo train --all`) or name cases with "
                            "--cases 3,4 (their compiled models are scored)")
         for name in found:
             if name.startswith("case-") and model == "compiled":
-                out.append(_case_entry(name[len("case-"):], root, model))
+                out.append(_case_entry(name[len("case-"):], root, model, ablation))
             elif model != "compiled":
-                out.append(_trained(where / name, root))
+                out.append(_trained(where / name, root, ablation))
     return out
 
 
-def _case_entry(case_id: str, root: Path, model: ModelChoice) -> Any:
+def _case_entry(case_id: str, root: Path, model: ModelChoice, ablation: str = "resample") -> Any:
     from rasp_programs.case import CaseError
     from rasp_programs.lookup import get_case
     from zoo.paths import entries_dir
@@ -65,11 +66,11 @@ def _case_entry(case_id: str, root: Path, model: ModelChoice) -> Any:
         raise ZooError(f"no trained entry {case.entry_name} under {entries_dir(root)}; train it first or use "
                        "--model compiled")
     if model != "compiled" and trained.is_dir():
-        return _trained(trained, root)
+        return _trained(trained, root, ablation)
     return _compiled(case, root)
 
 
-def _trained(path: Path, root: Path) -> Any:
+def _trained(path: Path, root: Path, ablation: str = "resample") -> Any:
     from eval.leaderboard.cells import BenchEntry
 
     try:
@@ -86,22 +87,35 @@ def _trained(path: Path, root: Path) -> Any:
     task = _planted_task(path.name)
     return BenchEntry(name=path.name, model="trained", fingerprint=fingerprint, load=load,
                       family=_family(path.name, task), corruption=task.case.corruption if task else "resample",
-                      edge_labels=edge_labels(path))
+                      edge_labels=edge_labels(path, ablation))
 
 
-def edge_labels(path: Path) -> str:
-    """Whether patching confirms the edge labels of the entry in `path` (eval.leaderboard.cells.
-    EdgeLabels): its validation.json's per-length `edge_bounds` where it has them, else its padded
-    `edge_effects`; `not measured` where neither was (an older entry, a model too large to patch)."""
+def edge_labels(path: Path, ablation: str = "resample") -> str:
+    """Whether patching under `ablation` confirms the edge labels of the entry in `path`
+    (eval.leaderboard.cells.EdgeLabels): its validation.json's per-length `edge_bounds` where they
+    measured that ablation (resample, and mean since 2026-11-29), else its padded `edge_effects`
+    (resample); `not measured` where neither did (an older entry, a model too large to patch, zero
+    ablation)."""
     try:
         validation = json.loads((path / "validation.json").read_text())
     except (OSError, ValueError):
         return "not measured"
-    for key in ("edge_bounds", "edge_effects"):
-        section = validation.get(key) if isinstance(validation, dict) else None
-        if isinstance(section, dict) and not section.get("skipped") and isinstance(section.get("exact"), bool):
-            return "exact" if section["exact"] else "not exact"
+    if not isinstance(validation, dict):
+        return "not measured"
+    bounds, pooled = validation.get("edge_bounds"), validation.get("edge_effects")
+    if _usable(bounds) and ablation in (bounds.get("ablations") or [bounds.get("ablation", "resample")]):
+        if bounds.get("ablations") is None:  # one ablation measured: the section's verdict is its
+            return "exact" if bounds["exact"] else "not exact"
+        cells = [c.get(ablation) for by_shape in (bounds.get("by_length") or {}).values() for c in by_shape.values()]
+        if cells and all(isinstance(c, dict) and isinstance(c.get("effect"), (int, float)) for c in cells):
+            return "exact" if all(c["effect"] <= bounds.get("bound", 0.01) for c in cells) else "not exact"
+    if _usable(pooled) and ablation == "resample":
+        return "exact" if pooled["exact"] else "not exact"
     return "not measured"
+
+
+def _usable(section: Any) -> bool:
+    return isinstance(section, dict) and not section.get("skipped") and isinstance(section.get("exact"), bool)
 
 
 def entry_family(name: str) -> str:

@@ -335,5 +335,16 @@ def test_the_leaderboard_names_entries_whose_edge_labels_patching_contradicts(tm
     assert edge_labels(entry) == "not exact"  # the per-length bound decides where there is one
     (entry / "validation.json").write_text(json.dumps({"edge_effects": {"skipped": "too many"}}))
     assert edge_labels(entry) == "not measured"
+    # per ablation: the bench's own (edge_bounds measures resample and mean; edge_effects resample only)
+    cell = lambda r, m: {"resample": {"effect": r}, "mean": {"effect": m}}  # noqa: E731
+    both = {"edge_effects": {"exact": False}, "edge_bounds": {
+        "exact": False, "bound": 0.01, "ablations": ["resample", "mean"],
+        "by_length": {"1": {"padded": cell(0.2, 0.0)}, "2": {"padded": cell(0.0, 0.005)}}}}
+    (entry / "validation.json").write_text(json.dumps(both))
+    assert edge_labels(entry) == edge_labels(entry, "resample") == "not exact"
+    assert edge_labels(entry, "mean") == "exact" and edge_labels(entry, "zero") == "not measured"
+    (entry / "validation.json").write_text(json.dumps({"edge_effects": {"exact": True},
+                                                       "edge_bounds": {"exact": True, "ablation": "resample"}}))
+    assert edge_labels(entry) == "exact" and edge_labels(entry, "mean") == "not measured"  # before mean was measured
     (entry / "validation.json").write_text("not json")
     assert edge_labels(entry) == "not measured"

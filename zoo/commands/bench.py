@@ -131,7 +131,7 @@ def run_bench_command(args: argparse.Namespace) -> int:
     except MethodError as exc:
         raise ZooError(str(exc)) from None
     device = device_from(args)  # a GPU this machine lacks is bad input, before any entry is made
-    entries = bench_entries(root, cases=cases, planted=planted, model=args.model)
+    entries = bench_entries(root, cases=cases, planted=planted, model=args.model, ablation=args.ablation)
     settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, corruption=corruption,
                              threads=args.threads, device=device)
     bar = _bar(len(entries) * len(methods))

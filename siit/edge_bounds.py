@@ -27,7 +27,7 @@ import torch
 
 from siit.edges import EdgeLayout
 from siit.effect_bounds import (BOUND, BOUND_ABLATIONS, BOUND_N, BOUND_SEED, CONFIDENCE, bound_evaluator,
-                                 by_length_and_shape, cell_of, shape_names)
+                                 by_length_and_shape, cell_of, measured_shapes, shape_names, shapes_rule)
 from siit.high_level import as_task
 from siit.interventions import ablation_values, node_activations, repeat_rows
 from siit.losses import agree, predictions
@@ -56,10 +56,7 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
         return {**head, "skipped": f"{len(names)} non-circuit q/k/v edges > {limit}: measure with "
                                    "tests/benchmarks/bench_edge_exactness.py"}
     shapes = shape_names(evaluator.data)
-    # under causal attention PAD comes after every real token and is never attended: each shape
-    # computes the same at every real position (siit.data.SHAPES), so the padded copy stands for all
-    # (measured on case 33 in all three: equal cells at every length); bidirectional: each one
-    measured = ["padded"] if model.causal and "padded" in shapes else shapes
+    measured = measured_shapes(model, shapes)  # causal attention: the padded copy stands for every shape
     ev = bound_evaluator(evaluator, task, n, seed, measured)
     changed = edge_changes(model, ev, outside.nonzero(), BOUND_ABLATIONS)  # ablation -> bool [E, N, T]
     d, lm = ev.data, ev.data.label_mask
@@ -69,8 +66,7 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
             for shape, by_kind in by_shape.items() for kind, c in by_kind.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
     return {**head, "input_shapes": shapes, "measured_shapes": measured,
-            "shapes_rule": ("causal attention: every shape computes the same at real positions, the padded one "
-                            "is measured for all" if measured != shapes else "every shape measured"),
+            "shapes_rule": shapes_rule(measured, shapes),
             "n_sequences": len(d),
             "max_effect": max((c["effect"] for c in flat), default=0.0),
             "max_upper_95": max((c["upper_95"] for c in flat), default=0.0),

@@ -6,7 +6,7 @@ siit.validation measures effects on the validation set (about 100 sequences per 
 cannot see an effect of 0.01: with 1000 pairs per length, resample effects of 0.8-1.1% showed where
 validation.json said 0.000 (issue 36). Here BOUND_N fresh sequences per length (drawn from the
 case's sampler with BOUND_SEED, kept per length; with repetition, as the sampler draws) go through
-every shape; each out-of-circuit node is ablated alone under resample (each source drawn from the
+every shape (under causal attention the padded copy stands for all: measured_shapes); each out-of-circuit node is ablated alone under resample (each source drawn from the
 sample independently of the base's length, as `zoo eval`'s resample ablation and the strictness
 rows of edge-level training draw them; the validation set's IIT pairing draws sources at least as
 long as the base and hides effects of shorter ones) and mean ablation (the sample's own mean).
@@ -54,17 +54,20 @@ def effect_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int
     `evaluator` (its correspondence, shapes, task kind and tolerance), on a fresh sample
     of `task` (a siit.high_level.HighLevelTask or a compiled case)."""
     task = as_task(task)
-    ev = bound_evaluator(evaluator, task, n, seed)
+    shapes = shape_names(evaluator.data)
+    measured = measured_shapes(model, shapes)
+    ev = bound_evaluator(evaluator, task, n, seed, measured)
     outside = list(ev.correspondence.non_aligned)
     changed = _changes(model, ev, outside)
     d, lm = ev.data, ev.data.label_mask
-    cells = by_length_and_shape(d, shape_names(d), lambda rows, distinct: {
+    cells = by_length_and_shape(d, measured, lambda rows, distinct: {
         kind: cell_of(changed[kind][:, rows], lm[rows], outside, distinct, confidence) for kind in BOUND_ABLATIONS})
     flat = [dict(c, length=int(length), shape=shape, ablation=kind)
             for length, by_shape in cells.items() for shape, by_kind in by_shape.items() for kind, c in by_kind.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
     return {"bound": bound, "confidence": confidence, "unit": "sequence", "n_per_length": n, "seed": seed,
-            "pairing": PAIRING, "input_shapes": shape_names(d), "ablations": list(BOUND_ABLATIONS),
+            "pairing": PAIRING, "input_shapes": shapes, "measured_shapes": measured,
+            "shapes_rule": shapes_rule(measured, shapes), "ablations": list(BOUND_ABLATIONS),
             "out_of_circuit_nodes": len(outside), "n_sequences": len(d),
             "max_effect": max((c["effect"] for c in flat), default=0.0),
             "max_upper_95": max((c["upper_95"] for c in flat), default=0.0),
@@ -125,6 +128,20 @@ def by_length_and_shape(data: Dataset, shapes: list[str], cell: Any) -> dict[str
             distinct = len({data.seqs[i] for i in rows.nonzero().flatten().tolist()})
             out[str(length)][shape] = cell(rows, distinct)
     return out
+
+
+def measured_shapes(model: Transformer, shapes: list[str]) -> list[str]:
+    """The input shapes a bound patches. Under causal attention PAD follows every real token and no
+    query attends it, and an absent position (siit.data.SHAPES) is a PAD position no query attends
+    either, so every shape computes the same activations everywhere and the padded copy stands for
+    all (tests/test_siit/test_effect_bounds.py checks it, node by node, on a random causal model);
+    under bidirectional attention PAD keys are attended, so each shape is measured."""
+    return ["padded"] if model.causal and "padded" in shapes else list(shapes)
+
+
+def shapes_rule(measured: list[str], shapes: list[str]) -> str:
+    return ("causal attention: every shape computes the same, the padded one is measured for all"
+            if measured != shapes else "every shape measured")
 
 
 def shape_names(data: Dataset) -> list[str]:

@@ -22,10 +22,13 @@ def bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
     where = (f"node {c}{cell(w.get('node'))}{c}, " if w.get("node") else "") + (
         f"length {cell(w.get('length'))}, {cell(w.get('shape'))} inputs, {cell(w.get('ablation'))} ablation, "
         f"{cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} sequences changed")
+    measured = bounds.get("measured_shapes")
+    rule = ("; causal attention, so the padded shape stands for every shape"
+            if measured is not None and measured != bounds.get("input_shapes") else "")
     return (f"{verdict} at bound {_fine(bounds.get('bound'))}: largest out-of-circuit node effect "
             f"{_fine(bounds.get('max_effect'))}, largest {f'{conf:.0%}' if isinstance(conf, float) else '-'} upper "
             f"bound {_fine(bounds.get('max_upper_95'))} ({cell(bounds.get('n_per_length'))} fresh sequences per "
-            f"input length and shape, the sequence as unit; worst: {where})")
+            f"input length and shape, the sequence as unit{rule}; worst: {where})")
 
 
 def _verdict(bounds: dict[str, Any], b: str) -> str:

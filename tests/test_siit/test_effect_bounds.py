@@ -1,6 +1,6 @@
 """validation.json's `effect_bounds` (siit.effect_bounds, issue 36): the out-of-circuit bound proved on
-a fresh sample of BOUND_N sequences per input length, in every input shape, with the sequence as
-the unit. Hand-made models (no training): one whose out-of-circuit nodes write nothing (every
+a fresh sample of BOUND_N sequences per input length, in every input shape (a causal model's padded
+copy standing for all), with the sequence as the unit. Hand-made models (no training): one whose out-of-circuit nodes write nothing (every
 effect exactly 0: the sample resolves the bound), and the same untouched (they move outputs)."""
 
 from __future__ import annotations
@@ -61,10 +61,12 @@ def test_silent_out_of_circuit_nodes_resolve_the_bound(case_33):
     assert section["resolved"] is True and section["exact"] is True
     assert section["max_effect"] == 0.0 and section["max_upper_95"] <= BOUND
     assert section["input_shapes"] == ["padded", "unpadded", "partly_padded"]
+    # causal attention: the padded copy stands for every shape (identical: the test below), and says so
+    assert section["measured_shapes"] == ["padded"] and "causal" in section["shapes_rule"]
     lengths = range(cc.case.min_seq_len, cc.case.max_seq_len + 1)
     assert sorted(section["by_length"], key=int) == [str(n) for n in lengths]
     for by_shape in section["by_length"].values():
-        assert set(by_shape) == set(section["input_shapes"])
+        assert set(by_shape) == {"padded"}
         for by_kind in by_shape.values():
             assert set(by_kind) == {"resample", "mean"}
             for cell in by_kind.values():
@@ -85,6 +87,32 @@ def test_nodes_that_write_are_seen_with_the_sequence_as_unit(case_33):
     # the node it names does move that length's outputs in that shape and ablation
     cell = section["by_length"][str(worst["length"])][worst["shape"]][worst["ablation"]]
     assert cell["node"] == worst["node"] and cell["changed_sequences"] == worst["changed_sequences"] > 0
+
+
+def test_under_causal_attention_every_shape_changes_the_same_outputs(case_33):
+    """Why a causal model's bounds measure the padded copy only: node by node and ablation by
+    ablation, every input shape changes exactly the same labelled positions of the same pairs (a
+    random model, whose out-of-circuit nodes move many outputs)."""
+    from siit.effect_bounds import _changes, bound_evaluator
+    from siit.high_level import as_task
+
+    cc, setup, model = case_33
+    assert model.causal
+    shapes = ["padded", "unpadded", "partly_padded"]
+    ev = bound_evaluator(setup.final_evaluator, as_task(cc), 40, 3, shapes)
+    changed = _changes(model, ev, list(ev.correspondence.non_aligned))
+    n = len(ev.data) // len(shapes)  # with_shapes: one copy of the sample per shape, in order
+    for kind, c in changed.items():
+        assert c[:, :n].any()  # not vacuous
+        for k in range(1, len(shapes)):
+            assert torch.equal(c[:, k * n : (k + 1) * n], c[:, :n]), (kind, shapes[k])
+    from zoo.card_bounds import bound_sentence
+    assert "padded shape stands for every shape" in bound_sentence(effect_bounds(model, setup.final_evaluator, cc))
+    # bidirectional attention attends PAD keys: there each shape is patched
+    from types import SimpleNamespace
+    from siit.effect_bounds import measured_shapes
+    assert measured_shapes(SimpleNamespace(causal=False), shapes) == shapes
+    assert measured_shapes(SimpleNamespace(causal=True), ["padded"]) == ["padded"]
 
 
 def test_validate_model_adds_the_section_given_the_task(case_33):

@@ -206,7 +206,7 @@ def _training_text(training: dict[str, Any] | None) -> str:
     if not actions:
         return table
     lines = [f"- step {a.get('step')}: {a.get('action')} ({a.get('reason')})" for a in actions]
-    return "\n\n".join([table, "Where training stalled, it adapted (siit.adaptation):",
+    return "\n\n".join([table, "Where training stalled or collapsed, it adapted (siit.adaptation):",
                          "\n".join(lines)])
 
 

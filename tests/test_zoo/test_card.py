@@ -191,12 +191,15 @@ def test_model_card_lists_what_training_adapted(compiled) -> None:
     training = dict(_schema_2_training(), adaptation={
         "budget": 4000, "extensions": 0,
         "actions": [{"step": 675, "action": "emphasis", "reason": "no new best for 8 validations"},
-                    {"step": 1025, "action": "lr_restart", "reason": "no new best for 8 validations", "lr": 0.005}]})
+                    {"step": 1025, "action": "lr_restart", "reason": "no new best for 8 validations", "lr": 0.005},
+                    {"step": 1125, "action": "rollback", "reason": "worst task metric 0.7567, 0.2 or more below 0.9737 "
+                     "at step 1075: back to that step's weights", "lr": 0.0039, "to_step": 1075}]})
     card = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(), case=case,
                              training=training, validation=_schema_2_validation())
     section = card[card.index("## Training"):]
     assert "- step 675: emphasis (no new best for 8 validations)" in section
     assert "- step 1025: lr_restart" in section
+    assert "- step 1125: rollback (worst task metric 0.7567" in section and "stalled or collapsed" in section
     plain = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(), case=case,
                               training=_schema_2_training(), validation=_schema_2_validation())
     assert "adapted" not in plain

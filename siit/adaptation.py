@@ -35,7 +35,9 @@ an emphasis and four lr cycles). Before giving up, training adapts, in this orde
    in use. Without it causal-bench-4x4 with edge-level strictness went from accuracy 1.0 and IIA .98
    at step 1425 to accuracy 0.39 by step 1925 and never recovered, and cases 3 and 4 (default
    training) climbed back from collapses for hundreds of steps (1600 and 3225 steps; 1325 and 2250
-   with the rollback); 10x10 at lr 0.01 collapsed twice (docs/results.md).
+   with the rollback); 10x10 at lr 0.01 collapsed twice (docs/results.md). A loss that becomes NaN or
+   infinite after such a check goes back the same way (siit.trainer raises TrainingDiverged only without
+   one, or at the lr floor).
 
 Everything is a pure function of the validation history, so a resumed run makes the same choices,
 and the state is plain JSON (saved in checkpoints, written to training.json).
@@ -278,12 +280,23 @@ def collapsed(state: AdaptState, config: TrainConfig, metrics: dict[str, Any]) -
     return config.adaptive and state.anchor is not None and task_worst(metrics, config) <= state.anchor[1] - COLLAPSE
 
 
-def rollback(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any]) -> AdaptState:
-    """The schedule once the anchor's weights are restored: a new lr cycle at half the lr in use
-    (floored as restarts are), recorded with the collapse it undid."""
+def collapse_reason(state: AdaptState, config: TrainConfig, metrics: dict[str, Any]) -> str:
+    assert state.anchor is not None
+    return (f"worst task metric {task_worst(metrics, config):.4f}, {COLLAPSE} or more below "
+            f"{state.anchor[1]:.4f} at step {state.anchor[0]}: back to that step's weights")
+
+
+def can_roll_back_divergence(state: AdaptState, config: TrainConfig, step: int) -> bool:
+    """Whether a loss that became NaN or infinite can go back to the anchor: there is one, and the lr
+    in use is above the floor (a run that diverges again at the floor has nowhere lower to go)."""
+    return (config.adaptive and state.anchor is not None
+            and learning_rate(state, config, step) > LR_FLOOR * config.lr * (1 + 1e-9))
+
+
+def rollback(state: AdaptState, config: TrainConfig, step: int, reason: str) -> AdaptState:
+    """The schedule once the anchor's weights are restored (after a collapse, collapse_reason, or a loss
+    that became NaN): a new lr cycle at half the lr in use (floored as restarts are), recorded with why."""
     assert state.anchor is not None
     lr = max(0.5 * learning_rate(state, config, step), LR_FLOOR * config.lr)
-    reason = (f"worst task metric {task_worst(metrics, config):.4f}, {COLLAPSE} or more below "
-              f"{state.anchor[1]:.4f} at step {state.anchor[0]}: back to that step's weights")
     return _act(dataclasses.replace(state, cycle_start=step, cycle_lr=lr), step, "rollback", reason, lr=lr,
                 to_step=state.anchor[0])

@@ -221,7 +221,12 @@ def _loop(run: _Run, s: Setup, config: TrainConfig, task_kind: str, progress: Pr
             run.step += 1
             if not all(math.isfinite(v) for v in run.losses.values()):
                 bad = ", ".join(f"{k} {v}" for k, v in run.losses.items() if not math.isfinite(v))
-                raise TrainingDiverged(f"training diverged at step {run.step} ({bad}; lr {run.optimizer.lr:g})")
+                if run.anchor is None or not adaptation.can_roll_back_divergence(run.adapt, config, run.step):
+                    raise TrainingDiverged(f"training diverged at step {run.step} ({bad}; lr {run.optimizer.lr:g})")
+                run.adapt = adaptation.rollback(run.adapt, config, run.step, f"loss {bad} at lr {run.optimizer.lr:g}: "
+                                                f"back to step {run.adapt.anchor[0]}'s weights")
+                run.anchor.restore(run)
+                run.losses = {k: v for k, v in run.losses.items() if math.isfinite(v)}  # history is strict JSON
             if run.step % config.eval_every == 0 or run.step == run.adapt.budget:
                 _check(run, s, config)
             if progress is not None:
@@ -247,7 +252,8 @@ def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
               "losses": run.losses, "metrics": run.metrics}
     if not run.met and run.anchor is not None and adaptation.collapsed(run.adapt, config, run.metrics):
         record["rolled_back_to"] = run.adapt.anchor[0]  # the history keeps what this check saw
-        run.adapt = adaptation.rollback(run.adapt, config, run.step, run.metrics)
+        run.adapt = adaptation.rollback(run.adapt, config, run.step,
+                                        adaptation.collapse_reason(run.adapt, config, run.metrics))
         run.anchor.restore(run)
     elif not run.met:
         run.adapt = adaptation.after_validation(run.adapt, config, run.step, run.metrics)

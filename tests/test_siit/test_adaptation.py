@@ -245,14 +245,16 @@ def test_a_collapse_is_undone_only_below_the_anchor_by_the_margin() -> None:
     assert adaptation.collapsed(state, config, low)
     assert not adaptation.collapsed(state, TrainConfig(adaptive=False), low)
     lr_in_use = adaptation.learning_rate(state, config, 500)
-    after = adaptation.rollback(state, config, 500, low)
+    after = adaptation.rollback(state, config, 500, adaptation.collapse_reason(state, config, low))
+    assert "0.6000, 0.2 or more below 0.9800 at step 100" in after.actions[-1]["reason"]
     assert after.actions[-1]["action"] == "rollback" and after.actions[-1]["to_step"] == 100
     assert after.cycle_start == 500 and after.cycle_lr == pytest.approx(0.5 * lr_in_use)
     assert AdaptState.from_json(after.to_json()) == after
 
 
-def _sabotage_at(step: int):
-    """run_step that, after step `step`, overwrites every weight with noise: a collapse on demand."""
+def _sabotage_at(step: int, nan: bool = False):
+    """run_step that, after step `step`, overwrites every weight with noise (a collapse on demand),
+    or with nan=True makes that step's loss NaN and its weights with it (a divergence on demand)."""
     from siit import train_step
 
     real = train_step.run_step
@@ -263,10 +265,28 @@ def _sabotage_at(step: int):
             gen = torch.Generator().manual_seed(0)
             with torch.no_grad():
                 for p in trainee.model.parameters():
-                    p.copy_(3 * torch.randn(p.shape, generator=gen))
+                    p.copy_(torch.full_like(p, float("nan")) if nan else 3 * torch.randn(p.shape, generator=gen))
+            if nan:
+                out = {**out, "total": float("nan")}
         return out
 
     return run_step
+
+
+def test_a_loss_that_becomes_nan_goes_back_to_the_anchor_and_without_one_stops(
+        compiled, monkeypatch: pytest.MonkeyPatch) -> None:
+    from siit import train_step
+    from siit.trainer import TrainingDiverged
+
+    cc = compiled("33")
+    monkeypatch.setattr(train_step, "run_step", _sabotage_at(110, nan=True))
+    run = train(cc, TrainConfig(seed=0))
+    back = [a for a in run.adaptation.actions if a["action"] == "rollback"]
+    assert len(back) == 1 and back[0]["step"] == 110 and back[0]["reason"].startswith("loss total nan")
+    assert run.met_criterion and all(torch.isfinite(p).all() for p in run.model.parameters())
+    monkeypatch.setattr(train_step, "run_step", _sabotage_at(5, nan=True))  # before any check: nothing to keep
+    with pytest.raises(TrainingDiverged, match="diverged at step 5"):
+        train(cc, TrainConfig(seed=0))
 
 
 def test_a_collapsed_run_rolls_back_to_its_best_check_and_resumes_to_the_same_weights(

@@ -35,8 +35,7 @@ def save_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam, meta
     from safetensors.torch import save_file
 
     # on the CPU: a checkpoint made on a GPU resumes anywhere (load_state_dict copies onto the device)
-    tensors = {f"model.{k}": v.detach().cpu().contiguous() for k, v in model.state_dict().items()}
-    tensors.update({f"optim.{k}": v.detach().cpu().contiguous() for k, v in optimizer.state_tensors().items()})
+    tensors = {k: v.cpu().contiguous() for k, v in training_state(model, optimizer).items()}
     tensors.update({f"extra.{k}": v.detach().cpu().contiguous() for k, v in (extra or {}).items()})
     write_id = uuid.uuid4().hex
     for stale in [*path.parent.glob(f".{path.name}.tmp.*"), *path.parent.glob(f".{path.name}.old.*")]:
@@ -79,12 +78,25 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam,
         raise CheckpointError(f"{path}: state.json and state.safetensors come from different writes; "
                               "refusing to resume from a mixture (rerun without --resume)")
     tensors = load_file(str(state_st))
-    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
-    optimizer.load_state_tensors({k[6:]: v for k, v in tensors.items() if k.startswith("optim.")},
-                                 meta["optimizer_steps"])
+    restore_training_state(tensors, model, optimizer, meta["optimizer_steps"])
     if extra is not None:
         extra.update({k[6:]: v for k, v in tensors.items() if k.startswith("extra.")})
     return meta
+
+
+def training_state(model: torch.nn.Module, optimizer: Adam) -> dict[str, torch.Tensor]:
+    """Detached copies of the weights ("model.") and Adam's moments ("optim."): what a checkpoint keeps,
+    and what training keeps of the check it may roll back to (siit.trainer)."""
+    tensors = {f"model.{k}": v.detach().clone() for k, v in model.state_dict().items()}
+    tensors.update({f"optim.{k}": v.detach().clone() for k, v in optimizer.state_tensors().items()})
+    return tensors
+
+
+def restore_training_state(tensors: dict[str, torch.Tensor], model: torch.nn.Module, optimizer: Adam,
+                           steps: int) -> None:
+    """Put training_state's tensors back into `model` and `optimizer` (its step count `steps`)."""
+    model.load_state_dict({k[6:]: v for k, v in tensors.items() if k.startswith("model.")})
+    optimizer.load_state_tensors({k[6:]: v for k, v in tensors.items() if k.startswith("optim.")}, steps)
 
 
 def _remove(path: Path) -> None:

@@ -26,8 +26,8 @@ from typing import Any
 import torch
 
 from siit.edges import EdgeLayout
-from siit.effect_bounds import (BOUND, BOUND_ABLATIONS, BOUND_N, BOUND_SEED, CONFIDENCE, bound_evaluator,
-                                 by_length_and_shape, cell_of, measured_shapes, shape_names, shapes_rule)
+from siit.effect_bounds import (BOUND, BOUND_ABLATIONS, BOUND_N, BOUND_SEED, CONFIDENCE, bound_sample,
+                                 by_length_and_shape, cell_of)
 from siit.high_level import as_task
 from siit.interventions import ablation_values, node_activations, repeat_rows
 from siit.losses import agree, predictions
@@ -55,9 +55,8 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
     if len(names) > limit:
         return {**head, "skipped": f"{len(names)} non-circuit q/k/v edges > {limit}: measure with "
                                    "tests/benchmarks/bench_edge_exactness.py"}
-    shapes = shape_names(evaluator.data)
-    measured = measured_shapes(model, shapes)  # causal attention: the padded copy stands for every shape
-    ev = bound_evaluator(evaluator, task, n, seed, measured)
+    ev, shapes = bound_sample(model, evaluator, task, n, seed)  # causal: the padded copy stands for all
+    measured = shapes["measured_shapes"]
     changed = edge_changes(model, ev, outside.nonzero(), BOUND_ABLATIONS)  # ablation -> bool [E, N, T]
     d, lm = ev.data, ev.data.label_mask
     cells = by_length_and_shape(d, measured, lambda rows, distinct: {kind: cell_of(
@@ -65,9 +64,7 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
     flat = [dict(c, length=int(length), shape=shape, ablation=kind) for length, by_shape in cells.items()
             for shape, by_kind in by_shape.items() for kind, c in by_kind.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
-    return {**head, "input_shapes": shapes, "measured_shapes": measured,
-            "shapes_rule": shapes_rule(measured, shapes),
-            "n_sequences": len(d),
+    return {**head, **shapes, "n_sequences": len(d),
             "max_effect": max((c["effect"] for c in flat), default=0.0),
             "max_upper_95": max((c["upper_95"] for c in flat), default=0.0),
             "resolved": all(c["upper_95"] <= bound for c in flat),

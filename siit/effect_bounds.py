@@ -54,9 +54,8 @@ def effect_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int
     `evaluator` (its correspondence, shapes, task kind and tolerance), on a fresh sample
     of `task` (a siit.high_level.HighLevelTask or a compiled case)."""
     task = as_task(task)
-    shapes = shape_names(evaluator.data)
-    measured = measured_shapes(model, shapes)
-    ev = bound_evaluator(evaluator, task, n, seed, measured)
+    ev, shapes = bound_sample(model, evaluator, task, n, seed)
+    measured = shapes["measured_shapes"]
     outside = list(ev.correspondence.non_aligned)
     changed = _changes(model, ev, outside)
     d, lm = ev.data, ev.data.label_mask
@@ -66,8 +65,7 @@ def effect_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int
             for length, by_shape in cells.items() for shape, by_kind in by_shape.items() for kind, c in by_kind.items()]
     worst = max(flat, key=lambda c: (c["effect"], c["upper_95"]), default=None)
     return {"bound": bound, "confidence": confidence, "unit": "sequence", "n_per_length": n, "seed": seed,
-            "pairing": PAIRING, "input_shapes": shapes, "measured_shapes": measured,
-            "shapes_rule": shapes_rule(measured, shapes), "ablations": list(BOUND_ABLATIONS),
+            "pairing": PAIRING, **shapes, "ablations": list(BOUND_ABLATIONS),
             "out_of_circuit_nodes": len(outside), "n_sequences": len(d),
             "max_effect": max((c["effect"] for c in flat), default=0.0),
             "max_upper_95": max((c["upper_95"] for c in flat), default=0.0),
@@ -130,6 +128,18 @@ def by_length_and_shape(data: Dataset, shapes: list[str], cell: Any) -> dict[str
     return out
 
 
+def bound_sample(model: Transformer, evaluator: Evaluator, task: Any, n: int,
+                 seed: int) -> tuple[Evaluator, dict[str, Any]]:
+    """The bounds' fresh sample in the shapes they patch (bound_evaluator, measured_shapes), and what
+    validation.json records of the shapes: input_shapes, measured_shapes, shapes_rule."""
+    shapes = shape_names(evaluator.data)
+    measured = measured_shapes(model, shapes)
+    return bound_evaluator(evaluator, task, n, seed, measured), {
+        "input_shapes": shapes, "measured_shapes": measured,
+        "shapes_rule": ("causal attention: every shape computes the same, the padded one is measured for all"
+                        if measured != shapes else "every shape measured")}
+
+
 def measured_shapes(model: Transformer, shapes: list[str]) -> list[str]:
     """The input shapes a bound patches. Under causal attention PAD follows every real token and no
     query attends it, and an absent position (siit.data.SHAPES) is a PAD position no query attends
@@ -137,11 +147,6 @@ def measured_shapes(model: Transformer, shapes: list[str]) -> list[str]:
     all (tests/test_siit/test_effect_bounds.py checks it, node by node, on a random causal model);
     under bidirectional attention PAD keys are attended, so each shape is measured."""
     return ["padded"] if model.causal and "padded" in shapes else list(shapes)
-
-
-def shapes_rule(measured: list[str], shapes: list[str]) -> str:
-    return ("causal attention: every shape computes the same, the padded one is measured for all"
-            if measured != shapes else "every shape measured")
 
 
 def shape_names(data: Dataset) -> list[str]:

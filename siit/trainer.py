@@ -32,7 +32,7 @@ import torch
 from eval.core.device import DeviceRecord, device_record
 from siit import adaptation, train_checks, train_step
 from siit.adaptation import AdaptState
-from siit.checkpoint import load_checkpoint, save_checkpoint
+from siit.checkpoint import load_checkpoint, restore_training_state, save_checkpoint, training_state
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
 from siit.edges import EdgeLayout, edge_weights
@@ -134,21 +134,22 @@ class _Anchor:
     """A check's trainee weights and optimiser state (copies), and its metrics."""
 
     tensors: dict[str, torch.Tensor]
-    """The trainee's state_dict under "model.", the optimiser's moments under "optim."."""
+    """siit.checkpoint.training_state: the trainee's weights and the optimiser's moments."""
     optimizer_steps: int
     metrics: dict[str, Any]
 
     @classmethod
     def of(cls, run: _Run) -> _Anchor:
-        tensors = {f"model.{k}": v.detach().clone() for k, v in run.trainee.state_dict().items()}
-        tensors.update({f"optim.{k}": v.detach().clone() for k, v in run.optimizer.state_tensors().items()})
-        return cls(tensors, run.optimizer.steps, copy.deepcopy(run.metrics))
+        return cls(training_state(run.trainee, run.optimizer), run.optimizer.steps, copy.deepcopy(run.metrics))
 
-    def restore(self, run: _Run) -> None:
-        run.trainee.load_state_dict({k[6:]: v for k, v in self.tensors.items() if k.startswith("model.")})
-        run.optimizer.load_state_tensors({k[6:]: v for k, v in self.tensors.items() if k.startswith("optim.")},
-                                         self.optimizer_steps)
-        run.metrics = copy.deepcopy(self.metrics)
+
+def _roll_back(run: _Run, config: TrainConfig, reason: str) -> None:
+    """Back to the anchor's weights, optimiser state and metrics; the schedule records why
+    (siit.adaptation.rollback)."""
+    assert run.anchor is not None
+    run.adapt = adaptation.rollback(run.adapt, config, run.step, reason)
+    restore_training_state(run.anchor.tensors, run.trainee, run.optimizer, run.anchor.optimizer_steps)
+    run.metrics = copy.deepcopy(run.anchor.metrics)
 
 
 def train(
@@ -223,9 +224,8 @@ def _loop(run: _Run, s: Setup, config: TrainConfig, task_kind: str, progress: Pr
                 bad = ", ".join(f"{k} {v}" for k, v in run.losses.items() if not math.isfinite(v))
                 if run.anchor is None or not adaptation.can_roll_back_divergence(run.adapt, config, run.step):
                     raise TrainingDiverged(f"training diverged at step {run.step} ({bad}; lr {run.optimizer.lr:g})")
-                run.adapt = adaptation.rollback(run.adapt, config, run.step, f"loss {bad} at lr {run.optimizer.lr:g}: "
-                                                f"back to step {run.adapt.anchor[0]}'s weights")
-                run.anchor.restore(run)
+                _roll_back(run, config,
+                           f"loss {bad} at lr {run.optimizer.lr:g}: back to step {run.adapt.anchor[0]}'s weights")
                 run.losses = {k: v for k, v in run.losses.items() if math.isfinite(v)}  # history is strict JSON
             if run.step % config.eval_every == 0 or run.step == run.adapt.budget:
                 _check(run, s, config)
@@ -252,9 +252,7 @@ def _check(run: _Run, s: Setup, config: TrainConfig) -> None:
               "losses": run.losses, "metrics": run.metrics}
     if not run.met and run.anchor is not None and adaptation.collapsed(run.adapt, config, run.metrics):
         record["rolled_back_to"] = run.adapt.anchor[0]  # the history keeps what this check saw
-        run.adapt = adaptation.rollback(run.adapt, config, run.step,
-                                        adaptation.collapse_reason(run.adapt, config, run.metrics))
-        run.anchor.restore(run)
+        _roll_back(run, config, adaptation.collapse_reason(run.adapt, config, run.metrics))
     elif not run.met:
         run.adapt = adaptation.after_validation(run.adapt, config, run.step, run.metrics)
         if adaptation.is_anchor(run.adapt, config, run.metrics):

@@ -22,13 +22,19 @@ def bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
     where = (f"node {c}{cell(w.get('node'))}{c}, " if w.get("node") else "") + (
         f"length {cell(w.get('length'))}, {cell(w.get('shape'))} inputs, {cell(w.get('ablation'))} ablation, "
         f"{cell(w.get('changed_sequences'))} of {cell(w.get('n_sequences'))} sequences changed")
-    measured = bounds.get("measured_shapes")
-    rule = ("; causal attention, so the padded shape stands for every shape"
-            if measured is not None and measured != bounds.get("input_shapes") else "")
+    rule = _padded_for_all(bounds)
     return (f"{verdict} at bound {_fine(bounds.get('bound'))}: largest out-of-circuit node effect "
             f"{_fine(bounds.get('max_effect'))}, largest {f'{conf:.0%}' if isinstance(conf, float) else '-'} upper "
             f"bound {_fine(bounds.get('max_upper_95'))} ({cell(bounds.get('n_per_length'))} fresh sequences per "
             f"input length and shape, the sequence as unit{rule}; worst: {where})")
+
+
+def _padded_for_all(bounds: dict[str, Any]) -> str:
+    """The clause a bound adds when it patched fewer shapes than the entry has (a causal model's padded
+    copy standing for all: siit.effect_bounds.measured_shapes); "" for older sections without the record."""
+    measured = bounds.get("measured_shapes")
+    return ("; causal attention, so the padded shape stands for every shape"
+            if measured is not None and measured != bounds.get("input_shapes") else "")
 
 
 def _verdict(bounds: dict[str, Any], b: str) -> str:
@@ -87,8 +93,7 @@ def edge_bound_sentence(bounds: Any, *, markdown: bool = True) -> str | None:
     # entries validated before mean ablation was added name their one ablation as `ablation`
     ablations = " and ".join(bounds.get("ablations") or [bounds.get("ablation") or "resample"])
     shapes = ", ".join(bounds.get("measured_shapes") or [])
-    rule = "" if bounds.get("measured_shapes") == bounds.get("input_shapes") else (
-        "; causal attention, so the padded shape stands for every shape")
+    rule = _padded_for_all(bounds)
     return (f"{verdict} at bound {_fine(bounds.get('bound'))}: largest effect of a non-circuit q/k/v edge patched "
             f"alone ({ablations}) {_fine(bounds.get('max_effect'))}, largest 95% upper bound "
             f"{_fine(bounds.get('max_upper_95'))} "

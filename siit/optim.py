@@ -2,8 +2,10 @@
 
 A few lines of Adam instead of torch.optim.Adam: constructing torch's optimiser imports
 torch._dynamo (~2.7 s here), a quarter of the time budget of a whole `zoo train case 33`.
-Same update rule as torch.optim.Adam (bias-corrected moments, eps added to the corrected sqrt).
-State is plain tensors so checkpoints can be safetensors.
+Same update rule as torch.optim.Adam (bias-corrected moments, eps added to the corrected sqrt;
+tests/test_siit/test_optim.py compares the two), applied with one foreach call per operation over
+all parameters (case 33's 29 tensors: 0.50 -> 0.40 ms a step, the same bits). State is plain tensors
+so checkpoints can be safetensors.
 """
 
 from __future__ import annotations
@@ -34,14 +36,25 @@ class Adam:
         self.steps += 1
         b1, b2 = self.betas
         c1, c2 = 1 - b1**self.steps, 1 - b2**self.steps
-        for p, m, v in zip(self.params, self.exp_avg, self.exp_avg_sq):
-            if p.grad is None:
-                continue
-            if self.weight_decay:
-                p.mul_(1.0 - self.lr * self.weight_decay)
-            m.mul_(b1).add_(p.grad, alpha=1 - b1)
-            v.mul_(b2).addcmul_(p.grad, p.grad, value=1 - b2)
-            p.addcdiv_(m, (v / c2).sqrt_().add_(self.eps), value=-self.lr / c1)
+        live = [i for i, p in enumerate(self.params) if p.grad is not None]
+        if not live:
+            return
+        # one foreach kernel call per operation over every parameter, instead of one per parameter
+        # (a small model's step is dispatch-bound); the same element-wise arithmetic in the same
+        # order as the per-parameter loop, so the same bits
+        params = [self.params[i] for i in live]
+        grads = [p.grad for p in params]
+        m, v = [self.exp_avg[i] for i in live], [self.exp_avg_sq[i] for i in live]
+        if self.weight_decay:
+            torch._foreach_mul_(params, 1.0 - self.lr * self.weight_decay)
+        torch._foreach_mul_(m, b1)
+        torch._foreach_add_(m, grads, alpha=1 - b1)
+        torch._foreach_mul_(v, b2)
+        torch._foreach_addcmul_(v, grads, grads, value=1 - b2)
+        denom = torch._foreach_div(v, c2)
+        torch._foreach_sqrt_(denom)
+        torch._foreach_add_(denom, self.eps)
+        torch._foreach_addcdiv_(params, m, denom, value=-self.lr / c1)
 
     def state_tensors(self) -> dict[str, torch.Tensor]:
         out = {f"exp_avg.{i}": t for i, t in enumerate(self.exp_avg)}

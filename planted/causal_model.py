@@ -191,6 +191,9 @@ class PlantedTask:
     epochs: int | None = None
     """Step budget in epochs `zoo train` uses when given no --epochs (None: TrainConfig's); a
     multi-task bundle has a task per n_tasks rows and needs more steps."""
+    n_train: int | None = None
+    """Training sequences `zoo train` draws when given no --n-train (None: TrainConfig's); a multi-task
+    bundle's rare combinations (a rare task's firing input beside another task's node) need more."""
     fixed_placement: bool = False
     """Node names are the low-level components themselves (a multi-task bundle places its tasks side
     by side, planted.multi_task); False: each head goes to a seeded random head of its layer."""

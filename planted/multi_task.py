@@ -196,6 +196,11 @@ class Bundle:
     """Initial learning rate `zoo train` uses when given no --lr (PlantedTask.lr)."""
     epochs: int | None = None
     """Step budget `zoo train` uses when given no --epochs (PlantedTask.epochs)."""
+    strict_edges: bool = True
+    """Edge-level strictness when the command line says neither --strict-edges nor --no-strict-edges
+    (PlantedTask.strict_edges); False: node-level, each view's edge labels measured and reported."""
+    n_train: int | None = None
+    """Training sequences `zoo train` draws when given no --n-train (PlantedTask.n_train)."""
 
     def __post_init__(self) -> None:
         keys = [p.key for p in self.parts]
@@ -256,8 +261,8 @@ class Bundle:
                     notes=f"Multi-task planted model (planted.multi_task); see `zoo show planted {name}`.")
         return PlantedTask(case=case, encoding=self.encoding(), model=self.model(view), n_layers=self.n_layers,
                            n_heads=self.n_heads, d_head=self.d_head, reference=Reference(self.parts), lr=self.lr,
-                           epochs=self.epochs,
-                           fixed_placement=True, strict_edges=True, bundle=None if view is None else self,
+                           epochs=self.epochs, n_train=self.n_train,
+                           fixed_placement=True, strict_edges=self.strict_edges, bundle=None if view is None else self,
                            view_tasks=self.views if view is None else None)
 
     def views(self) -> tuple[PlantedTask, ...]:

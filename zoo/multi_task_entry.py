@@ -19,28 +19,45 @@ def training_task(task: Any) -> Any:
     return task if bundle is None else bundle.task()
 
 
+def sibling_views(case: Any) -> tuple[Any, ...] | None:
+    """The Cases of the other views of `case`'s bundle (`zoo train --all-views` writes them), or None
+    when `case` is not a multi-task view."""
+    if case.family != "planted":
+        return None
+    from planted.registry import get_planted
+
+    bundle = getattr(get_planted(case.id), "bundle", None)
+    if bundle is None:
+        return None
+    return tuple(bundle.task(i).case for i, name in enumerate(bundle.view_names) if name != case.id)
+
+
 def validate_view(result: Any, view: Any, device: Any) -> tuple[Any, dict[str, Any]]:
     """(the training result as view `view`'s, its validation.json) for a model trained on the
     view's bundle: validation on the view's own rows with its circuit, `tasks` (every view of the
     bundle: met, accuracy, IIA, SIIA, out-of-circuit bounds, edges) and the battery of looks on
     every task's inputs (`realism.battery_all_tasks`)."""
+    _, view_result, validation = validate_views(result, view, device)[view.case.id]
+    return view_result, validation
+
+
+def validate_views(result: Any, view: Any, device: Any) -> dict[str, tuple[Any, Any, dict[str, Any]]]:
+    """Every view of `view`'s bundle -> (its task, the training result as its, its validation.json,
+    as validate_view gives it): one trained model, one benchmark entry per task (`zoo train
+    --all-views`); `view` itself is one of them."""
     from zoo.entry_verdicts import with_bound_verdict, with_edge_verdict
 
     bundle = view.bundle
-    own: tuple[Any, dict[str, Any]] | None = None
-    tasks: dict[str, Any] = {}
+    views: dict[str, tuple[Any, Any, dict[str, Any]]] = {}
     for index, name in enumerate(bundle.view_names):
         task = view if name == view.case.id else bundle.task(index)
         view_result, validation = _one_view(result, task, device)
-        view_result = with_bound_verdict(with_edge_verdict(view_result, validation), validation)
-        tasks[name] = _task_row(task, view_result, validation)
-        if task is view:
-            own = (view_result, validation)
-    assert own is not None
-    view_result, validation = own
-    validation["tasks"] = {"bundle": bundle.name, "main": bundle.view_names[0], "views": tasks}
-    validation["realism"]["battery_all_tasks"] = _battery_all_tasks(result, view, device)
-    return view_result, validation
+        views[name] = (task, with_bound_verdict(with_edge_verdict(view_result, validation), validation), validation)
+    tasks = {name: _task_row(task, r, v) for name, (task, r, v) in views.items()}
+    for task, _, validation in views.values():
+        validation["tasks"] = {"bundle": bundle.name, "main": bundle.view_names[0], "views": tasks}
+        validation["realism"]["battery_all_tasks"] = _battery_all_tasks(result, task, device)
+    return views
 
 
 def _one_view(result: Any, task: Any, device: Any) -> tuple[Any, dict[str, Any]]:

@@ -43,6 +43,10 @@ class TrainOptions:
     """Whether --strict-edges or --no-strict-edges was given (otherwise a planted model's own default applies)."""
     epochs_given: bool = False
     """Whether --epochs was given (otherwise a planted model's own step budget applies)."""
+    n_train_given: bool = False
+    """Whether --n-train was given (otherwise a planted model's own training set size applies)."""
+    all_views: bool = False
+    """For a multi-task bundle's view: write every view's entry from the one training (--all-views)."""
     root: str | None = None
     """Zoo root (None: $ZOO_HOME or ~/.cache/zoo)."""
     resume: bool = False
@@ -91,10 +95,11 @@ def compiled_task(root: str | None, case):
         raise ZooError(f"cannot write the compile cache: {exc}") from None
 
 
-def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False, epochs_given: bool = False):
+def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False, epochs_given: bool = False,
+                       n_train_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate, edge-level strictness and step budget, PlantedTask.lr, .strict_edges and .epochs; a
-    case's edge-level strictness, Case.strict_edges); no distractors for a
+    learning rate, edge-level strictness, step budget and training set size, PlantedTask.lr,
+    .strict_edges, .epochs and .n_train; a case's edge-level strictness, Case.strict_edges); no distractors for a
     task whose circuit covers the whole model (PlantedTask.covers_model: a multi-task bundle)."""
     lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
     if edges is None and getattr(getattr(task, "case", None), "strict_edges", False):
@@ -106,6 +111,9 @@ def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool
     epochs = getattr(task, "epochs", None)
     if not epochs_given and epochs is not None:
         config = dataclasses.replace(config, epochs=epochs)
+    n_train = getattr(task, "n_train", None)
+    if not n_train_given and n_train is not None:
+        config = dataclasses.replace(config, n_train=n_train)
     if getattr(task, "covers_model", False) and config.distractors:
         # every component is some task's circuit (a multi-task bundle): nothing is left for busy-work
         config = dataclasses.replace(config, distractors=False)
@@ -126,35 +134,50 @@ class TrainedEntry:
     """siit.trainer.TrainResult."""
     validation: dict[str, Any]
     summary: dict[str, Any]
+    other_views: dict[str, tuple[Path, bool]] = dataclasses.field(default_factory=dict)
+    """With --all-views: the entries written for the bundle's other views (view name -> folder, and
+    whether that view met its criterion)."""
 
 
 def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] | None,
                 progress: Callable[[int], Any] | None = None) -> TrainedEntry:
     """Compile (cached), train to criterion, validate and write the entry of `case` to `dest` (or
-    beside it, see write_entry_files); the checkpoint is removed once the entry is written.
-    siit.trainer.TrainingInterrupted leaves the checkpoint in checkpoint_dir(dest)."""
+    beside it, see write_entry_files); the checkpoint is removed once the entry is written. With
+    options.all_views (a multi-task view), every other view of its bundle is written too, each to
+    its default folder under the root. siit.trainer.TrainingInterrupted leaves the checkpoint in
+    checkpoint_dir(dest)."""
     import torch
 
     from siit.trainer import train
     from siit.validation import validate_model
-    from zoo.multi_task_entry import training_task, validate_view
+    from zoo.multi_task_entry import training_task, validate_views
 
     torch.set_num_threads(options.threads)
     compiled = compiled_task(options.root, case)
     trained_on = training_task(compiled)  # a multi-task view trains its bundle (planted.multi_task)
     config = with_task_defaults(options.config, trained_on, lr_given=options.lr_given,
-                                strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given)
+                                strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given,
+                                n_train_given=options.n_train_given)
     result = train(trained_on, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
+    others: dict[str, tuple[Path, bool]] = {}
     if trained_on is not compiled:
-        result, validation = validate_view(result, compiled, torch.device(options.device))
+        views = validate_views(result, compiled, torch.device(options.device))
+        _, result, validation = views.pop(compiled.case.id)
+        if options.all_views:  # the same weights, validated as each task's ground truth
+            others = {name: (write_entry_files(destination(options.root, None, task.case), task, result=r,
+                                               validation=v, command=command), r.met_criterion)
+                      for name, (task, r, v) in views.items()}
     else:
         validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled,
                                                          evaluation=result.final_evaluation), compiled, result)
         result = with_bound_verdict(with_edge_verdict(result, validation), validation)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
-    return TrainedEntry(dest, result, validation, entry_summary(case, dest, result, validation))
+    summary = entry_summary(case, dest, result, validation)
+    if options.all_views:
+        summary["other_views"] = {name: {"entry": str(path), "met_criterion": met} for name, (path, met) in others.items()}
+    return TrainedEntry(dest, result, validation, summary, others)
 
 
 def train_case_job(case_id: str, options: TrainOptions) -> tuple[dict[str, Any], dict[str, bytes] | None]:
@@ -194,7 +217,8 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
         compiled = compiled_task(tempfile.mkdtemp(prefix="zoo-compile-"), case)
     # the case's own defaults, as `zoo train case ID` takes them (Case.strict_edges)
     config = with_task_defaults(options.config, compiled, lr_given=options.lr_given,
-                                strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given)
+                                strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given,
+                                n_train_given=options.n_train_given)
     checkpoint: Path | None = entries_dir(Path(options.root or ".")) / f".{case.entry_name}.checkpoint"
     try:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)

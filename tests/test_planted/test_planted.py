@@ -208,12 +208,16 @@ def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
         assert task.lr == own, name
         config = with_task_defaults(default, task, lr_given=False)
         assert config.lr == (own or default.lr)
-        # the failure-mode models and multi-task views also train edge-exact by default; nothing else changes
-        edges = task.failure_mode is not None or task.bundle is not None
-        epochs = task.bundle.epochs if task.bundle is not None else default.epochs  # a bundle's own budget
-        assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges, epochs=epochs), name
+        # the failure-mode models and the views of a bundle that says so also train edge-exact by default
+        # (planted.multi_task.Bundle.strict_edges); a bundle has its own budget and training set size
+        edges = task.failure_mode is not None or (task.bundle is not None and task.bundle.strict_edges)
+        epochs = task.bundle.epochs if task.bundle is not None else default.epochs
+        n_train = (task.bundle.n_train if task.bundle is not None else None) or default.n_train
+        assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges, epochs=epochs,
+                                     n_train=n_train), name
         assert with_task_defaults(TrainConfig(lr=0.02), task, lr_given=True).lr == 0.02
         assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(lr=config.lr,
-                                                                                                        epochs=epochs)
+                                                                                                        epochs=epochs,
+                                                                                                        n_train=n_train)
     with pytest.raises(ValueError, match="lr must be a positive number"):
         dataclasses.replace(get_planted("causal-bench-2x2"), lr=0.0)

@@ -124,3 +124,67 @@ def test_strictness_rows_patch_other_tasks_nodes_and_edges_only():
         names = {f"{a}->{b}" for a, b in layout.names(edges[row])}
         assert "input->logits" not in names  # the direct path is in every task's circuit
     assert mask.any() and edges.any()
+
+
+def test_all_views_writes_every_views_entry_from_one_training(trained, tmp_path, monkeypatch):
+    """`zoo train planted <view> --all-views`: one training (here the fixture's, not run again), one
+    entry per task, each with that task's circuit and validation and the same weights."""
+    import siit.trainer
+    import zoo.train_entry as te
+    from siit.config import ArchConfig, TrainConfig
+    from zoo.artifact import read_entry
+
+    bundle, view, result, _, validation = trained
+    monkeypatch.setattr(te, "compiled_task", lambda root, case: view)
+    monkeypatch.setattr(siit.trainer, "train", lambda *a, **k: result)
+    options = te.TrainOptions(config=TrainConfig(n_val=128, epochs=50), arch=ArchConfig(), root=str(tmp_path),
+                              all_views=True)
+    dest = te.destination(str(tmp_path), None, view.case)
+    out = te.train_entry(view.case, options, dest, command=["zoo", "train", "planted", "mt-tiny.shift", "--all-views"])
+    assert set(out.other_views) == {"mt-tiny.first", "mt-tiny.second"}
+    assert set(out.summary["other_views"]) == set(out.other_views)
+    weights = read_entry(out.dest).data["model.safetensors"]
+    for name, (path, met) in out.other_views.items():
+        assert path == tmp_path / "entries" / f"planted-{name}"
+        entry = read_entry(path)
+        part = bundle.parts[bundle.view_names.index(name)]
+        assert entry.json("circuit.json")["nodes"] == list(part.placement.values())
+        assert entry.data["model.safetensors"] == weights  # one model, several benchmark entries
+        own = entry.json("validation.json")
+        assert own["tasks"] == validation["tasks"]  # every entry lists every task's figures
+        assert met == own["tasks"]["views"][name]["met_criterion"]
+        assert {r["node"] for r in own["node_effects"] if r["in_circuit"]} == set(part.placement.values())
+        assert "--all-views" in entry.json("training.json")["command"]
+
+
+@pytest.mark.parametrize("argv, message", [
+    (["planted", "mt-2x2.rare-feature", "--all-views", "--out", "X"], "does not take --out"),
+    (["planted", "saturation", "--all-views"], "is not one"),
+    (["case", "33", "--all-views"], "is not one"),
+    (["--all", "--all-views"], "not --all"),
+])
+def test_all_views_is_refused_where_it_does_not_apply(argv, message, tmp_path, capsys):
+    from zoo.cli import main
+
+    code = main(["train", *argv, "--root", str(tmp_path)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 2 and len(err) == 1 and message in err[0]
+    assert not (tmp_path / "entries").exists() or not any((tmp_path / "entries").iterdir())
+
+
+def test_mt_2x2_trains_node_level_on_8192_sequences_by_default():
+    """The bundle's defaults are the ones it met its criterion with (planted.bundles.mt_2x2); the
+    command line still overrides them."""
+    from planted import get_planted
+    from siit.config import TrainConfig
+    from zoo.multi_task_entry import training_task
+    from zoo.train_entry import with_task_defaults
+
+    trained_on = training_task(get_planted("mt-2x2.first"))
+    config = with_task_defaults(TrainConfig(), trained_on, lr_given=False)
+    assert (config.strict_edges, config.n_train, config.epochs, config.lr) == (False, 8192, 750, 0.003)
+    given = with_task_defaults(TrainConfig(n_train=2048, strict_edges=True), trained_on, lr_given=False,
+                               strict_edges_given=True, n_train_given=True)
+    assert (given.strict_edges, given.n_train) == (True, 2048)
+    wide = with_task_defaults(TrainConfig(), training_task(get_planted("mt-2x4.first")), lr_given=False)
+    assert (wide.strict_edges, wide.n_train) == (True, TrainConfig().n_train)

@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="edge-level strictness (issue 36): strictness also patches single edges outside the "
                    "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
                    "validation.json's exact edge patching (pooled and per input length) finds none above the bound. "
-                   "Slower. Default on for the main cases 13, 18, 26, 29, 34-37 and the failure-mode planted models, "
-                   "where it trains; off (--no-strict-edges) elsewhere: the paper's node-level SIIT, whose edge "
+                   "Slower. Default on for the main cases 13, 18, 26, 29, 34-37 and for the failure-mode planted models "
+                   "and the mt-2x4 bundle, where it trains; off (--no-strict-edges) elsewhere: the paper's node-level SIIT, whose edge "
                    "labels validation.json only reports, and patching may contradict them")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']}, or a planted "
                    "model's own: 750 for a multi-task bundle's views)")
@@ -58,7 +58,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "model's own: 0.005 for causal-bench-10x10 and -12x12; the paper 1e-3)")
     p.add_argument("--batch-size", type=int, default=None, help=f"pairs per step (default {d['batch_size']}; the paper 512)")
     p.add_argument("--n-train", type=int, default=None, metavar="N",
-                   help=f"training sequences, drawn once from the case's sampler (default {d['n_train']}). An "
+                   help=f"training sequences, drawn once from the case's sampler (default {d['n_train']}, or a planted "
+                   "model's own: 8192 for the mt-2x2 bundle's views). An "
                    "epoch is one pass over them: with more, give fewer --epochs to keep the step budget "
                    "(--n-train 8192 --epochs 62 is about the default 4000 steps)")
     p.add_argument("--min-d-head", type=int, default=None, metavar="N",
@@ -66,15 +67,24 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "d_head, 16 for most cases); 8 gives every busy head and MLP twice the room, which "
                    "lets a distractor stuck below R² 0.9 in a d_model-16 model reach it (catalogue case 130)")
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
+    _add_output(p)
+    add_device(p)
+    _add_many(p)
+    p.set_defaults(func=run_train)
+
+
+def _add_output(p: argparse.ArgumentParser) -> None:
+    """Where the entry goes and how the run is made: --out, --all-views, --resume, --threads."""
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N or planted-NAME)")
+    p.add_argument("--all-views", action="store_true",
+                   help="for a view of a multi-task bundle (planted mt-2x2.rare-feature, ...): train the bundle once and "
+                   "write the entry of every one of its views (same weights, each validated on its own task) to "
+                   "<root>/entries, instead of training once per view")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint of an interrupted run with the same options")
     p.add_argument("--threads", type=int, default=None,
                    help="torch CPU threads of each training run (default 1, for one case and for every worker of many, "
                    "whatever --jobs: the weights depend on the thread count; training.json records it)")
-    add_device(p)
-    _add_many(p)
-    p.set_defaults(func=run_train)
 
 
 def _add_many(p: argparse.ArgumentParser) -> None:
@@ -146,7 +156,8 @@ def train_options(args: argparse.Namespace):
     _check_args(args)
     return TrainOptions(config=_train_config(args), arch=_arch_config(args), lr_given=args.lr is not None,
                         strict_edges_given=args.strict_edges is not None,
-                        epochs_given=args.epochs is not None,
+                        epochs_given=args.epochs is not None, n_train_given=args.n_train is not None,
+                        all_views=bool(getattr(args, "all_views", False)),
                         root=args.root, resume=args.resume, threads=args.threads or TRAIN_THREADS,
                         flags=option_flags(args), device=device_from(args))
 
@@ -187,6 +198,8 @@ def run_train(args: argparse.Namespace) -> int:
         raise ZooError(f"--min-d-head applies to compiled cases; planted {case.id} has its own head width")
     dest = destination(args.root, args.out, case)
     check_writable(dest)
+    if args.all_views:
+        _check_all_views(args, case)
     options = train_options(args)
 
     from siit.trainer import TrainingDiverged, TrainingInterrupted
@@ -213,6 +226,10 @@ def run_train(args: argparse.Namespace) -> int:
         print(json.dumps(summary, indent=1))
     else:
         _print_summary(summary)
+    missed = [name for name, view in (summary.get("other_views") or {}).items() if not view["met_criterion"]]
+    if result.met_criterion and missed:
+        raise CriterionNotMet(f"{case.family} {case.id}: met its criterion, but its bundle's view(s) {', '.join(missed)} "
+                              "did not (entries written with met_criterion=false)")
     if not result.met_criterion:
         edge = _bounds_missed(summary, result.config.trains_edges)
         raise CriterionNotMet(
@@ -220,6 +237,22 @@ def run_train(args: argparse.Namespace) -> int:
             f"(accuracy {summary['accuracy']:.4f}, IIA min {summary['iia_min']:.4f}, "
             f"SIIA min {summary['siia_min']:.4f}{edge}); entry written to {trained.dest} with met_criterion=false")
     return 0
+
+
+def _check_all_views(args: argparse.Namespace, case) -> None:
+    """--all-views: a multi-task view, no --out, and every other view's folder writable (exit 2 before training)."""
+    from zoo.errors import ZooError
+    from zoo.multi_task_entry import sibling_views
+    from zoo.train_entry import check_writable, destination
+
+    if args.out:
+        raise ZooError("--all-views writes every view to <root>/entries; it does not take --out")
+    views = sibling_views(case)
+    if views is None:
+        raise ZooError(f"--all-views applies to a view of a multi-task bundle (e.g. planted mt-2x2.rare-feature); "
+                       f"{case.family} {case.id} is not one")
+    for view in views:
+        check_writable(destination(args.root, None, view))
 
 
 def _bounds_missed(summary: dict, trains_edges: bool) -> str:
@@ -261,6 +294,9 @@ def _run_many(args: argparse.Namespace, selection) -> int:
         raise ZooError(f"give either `case <id>` or {given[0]}, not both")
     if args.out:
         raise ZooError(f"--out names one entry; {given[0]} writes entries under --root")
+    if args.all_views:
+        raise ZooError("--all-views goes with one view of a multi-task bundle (`planted mt-2x2.rare-feature`), "
+                       f"not {given[0]}")
     engine = Engine(jobs=args.jobs, ray=args.ray, quiet=args.json)
     check_engine(engine)
     summary = train_many(case_ids(selection), options, engine)
@@ -323,3 +359,5 @@ def _print_summary(s: dict[str, Any]) -> None:
         over = ", ".join(looks["over_bound"]) or "none"
         print(f"  looks that never intervene (eval.core.looks; `zoo realism` has each): worst separation "
               f"{looks['max_separation']:.2f}, median {looks['median_separation']:.2f}; over the bound: {over}")
+    for name, view in (s.get("other_views") or {}).items():  # --all-views: the same weights as each task's entry
+        print(f"  view {name}: criterion {'met' if view['met_criterion'] else 'NOT met'} -> {view['entry']}")

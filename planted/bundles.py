@@ -20,7 +20,9 @@ No two nodes compute the same function either: with a task "y = x_{i-1}" beside 
 (p = x_{i-1}), the model answered that task through lag2's head and left its own idle.
 
 The main task (the bundle's headline view) is rare-feature; each task is a view of its own
-(`mt-2x4.<task>`), a benchmark entry with the same weights.
+(`mt-2x4.<task>`), a benchmark entry with the same weights (`zoo train planted mt-2x4.rare-feature
+--all-views` writes all seven from one training). Both bundles train node-level strictness by default,
+each view's edge labels measured and reported: with edge-level strictness neither met its criterion.
 
 mt-2x2: 2 layers x 2 heads, d_head 16; four of the tasks above on all six components (rare-feature
 a0.h0 -> m0, saturation a0.h1 -> m1, first a1.h0, second a1.h1): fewer tasks, so fewer cross-task
@@ -126,8 +128,10 @@ def mt_2x4() -> Bundle:
         _copy_part("first", "f", "a1.h1", _first, "y = x_1 from position 2 on (0 at 1)", _copy_reference(1, 2)),
         _copy_part("third", "t", "a1.h2", _third, "y = x_3 from position 4 on (0 before)", _copy_reference(3, 4)),
     )
+    # node-level on 32768 sequences: met, every view exact at node level (2026-11-29); on 8192 one pair of
+    # a rare-feature firing base and another task's source still failed the saturation answer MLP m1
     return Bundle(name="mt-2x4", parts=parts, n_layers=2, n_heads=4, d_head=16, min_len=3, max_len=6, lr=0.003, epochs=750,
-                  description="Seven tasks in one 2-layer, 4-head model, one shared vocabulary and unembedding; "
+                  strict_edges=False, n_train=32768, description="Seven tasks in one 2-layer, 4-head model, one shared vocabulary and unembedding; "
                               "every component computes one task's node (planted.bundles).")
 
 

@@ -172,7 +172,7 @@ def test_all_views_is_refused_where_it_does_not_apply(argv, message, tmp_path, c
     assert not (tmp_path / "entries").exists() or not any((tmp_path / "entries").iterdir())
 
 
-def test_mt_2x2_trains_node_level_on_8192_sequences_by_default():
+def test_the_bundles_train_node_level_on_their_own_training_sets_by_default():
     """The bundle's defaults are the ones it met its criterion with (planted.bundles.mt_2x2); the
     command line still overrides them."""
     from planted import get_planted
@@ -187,4 +187,4 @@ def test_mt_2x2_trains_node_level_on_8192_sequences_by_default():
                                strict_edges_given=True, n_train_given=True)
     assert (given.strict_edges, given.n_train) == (True, 2048)
     wide = with_task_defaults(TrainConfig(), training_task(get_planted("mt-2x4.first")), lr_given=False)
-    assert (wide.strict_edges, wide.n_train) == (True, TrainConfig().n_train)
+    assert (wide.strict_edges, wide.n_train) == (False, 32768)

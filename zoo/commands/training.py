@@ -48,8 +48,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="edge-level strictness (issue 36): strictness also patches single edges outside the "
                    "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
                    "validation.json's exact edge patching (pooled and per input length) finds none above the bound. "
-                   "Slower. Default on for the main cases 13, 18, 26, 29, 34-37 and for the failure-mode planted models "
-                   "and the mt-2x4 bundle, where it trains; off (--no-strict-edges) elsewhere: the paper's node-level SIIT, whose edge "
+                   "Slower. Default on for the main cases 13, 18, 26, 29, 34-37 and the failure-mode planted models, "
+                   "where it trains; off (--no-strict-edges) elsewhere: the paper's node-level SIIT, whose edge "
                    "labels validation.json only reports, and patching may contradict them")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']}, or a planted "
                    "model's own: 750 for a multi-task bundle's views)")
@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=None, help=f"pairs per step (default {d['batch_size']}; the paper 512)")
     p.add_argument("--n-train", type=int, default=None, metavar="N",
                    help=f"training sequences, drawn once from the case's sampler (default {d['n_train']}, or a planted "
-                   "model's own: 8192 for the mt-2x2 bundle's views). An "
+                   "model's own: 8192 and 32768 for the views of the bundles mt-2x2 and mt-2x4). An "
                    "epoch is one pass over them: with more, give fewer --epochs to keep the step budget "
                    "(--n-train 8192 --epochs 62 is about the default 4000 steps)")
     p.add_argument("--min-d-head", type=int, default=None, metavar="N",

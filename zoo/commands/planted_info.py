@@ -93,5 +93,6 @@ def run_show_planted(args: argparse.Namespace) -> int:
     if info["bundle"]:
         views = info["bundle"]["views"]
         print(f"multi-task bundle {info['bundle']['name']}: trained on the rows of all {len(views)} tasks, whose "
-              f"views share the weights: {', '.join(views)}")
+              f"views share the weights: {', '.join(views)} (`zoo train planted {case['id']} --all-views` writes "
+              "every view's entry from one training)")
     return 0

@@ -130,8 +130,9 @@ def mt_2x4() -> Bundle:
     )
     # node-level on 32768 sequences: met, every view exact at node level (2026-11-29); on 8192 one pair of
     # a rare-feature firing base and another task's source still failed the saturation answer MLP m1
-    return Bundle(name="mt-2x4", parts=parts, n_layers=2, n_heads=4, d_head=16, min_len=3, max_len=6, lr=0.003, epochs=750,
-                  strict_edges=False, n_train=32768, description="Seven tasks in one 2-layer, 4-head model, one shared vocabulary and unembedding; "
+    return Bundle(name="mt-2x4", parts=parts, n_layers=2, n_heads=4, d_head=16, min_len=3, max_len=6, lr=0.003,
+                  epochs=750, strict_edges=False, n_train=32768,
+                  description="Seven tasks in one 2-layer, 4-head model, one shared vocabulary and unembedding; "
                               "every component computes one task's node (planted.bundles).")
 
 
@@ -146,8 +147,9 @@ def mt_2x2() -> Bundle:
     # edge-level strictness never met (cross-task edges stuck at .99) and 2048 sequences left a pair of
     # rare-feature firing inputs, one the base and one the source, that training never drew
     return Bundle(name="mt-2x2", parts=parts, n_layers=2, n_heads=2, d_head=16, min_len=3, max_len=6, lr=0.003,
-                  epochs=750, strict_edges=False, n_train=8192, description="Four tasks in one 2-layer, 2-head model, one shared vocabulary and "
-                                          "unembedding; every component computes one task's node (planted.bundles).")
+                  epochs=750, strict_edges=False, n_train=8192,
+                  description="Four tasks in one 2-layer, 2-head model, one shared vocabulary and unembedding; "
+                              "every component computes one task's node (planted.bundles).")
 
 
 BUNDLES = {"mt-2x4": mt_2x4, "mt-2x2": mt_2x2}

@@ -176,7 +176,8 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)
     summary = entry_summary(case, dest, result, validation)
     if options.all_views:
-        summary["other_views"] = {name: {"entry": str(path), "met_criterion": met} for name, (path, met) in others.items()}
+        summary["other_views"] = {name: {"entry": str(path), "met_criterion": met}
+                                  for name, (path, met) in others.items()}
     return TrainedEntry(dest, result, validation, summary, others)
 
 

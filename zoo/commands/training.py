@@ -77,8 +77,8 @@ def _add_output(p: argparse.ArgumentParser) -> None:
     """Where the entry goes and how the run is made: --out, --all-views, --resume, --threads."""
     p.add_argument("--out", metavar="DIR", help="entry directory (default <root>/entries/case-N or planted-NAME)")
     p.add_argument("--all-views", action="store_true",
-                   help="for a view of a multi-task bundle (planted mt-2x2.rare-feature, ...): train the bundle once and "
-                   "write the entry of every one of its views (same weights, each validated on its own task) to "
+                   help="for a view of a multi-task bundle (planted mt-2x2.rare-feature, ...): train the bundle once "
+                   "and write the entry of every one of its views (same weights, each validated on its own task) to "
                    "<root>/entries, instead of training once per view")
     p.add_argument("--resume", action="store_true",
                    help="continue from the checkpoint of an interrupted run with the same options")
@@ -228,8 +228,8 @@ def run_train(args: argparse.Namespace) -> int:
         _print_summary(summary)
     missed = [name for name, view in (summary.get("other_views") or {}).items() if not view["met_criterion"]]
     if result.met_criterion and missed:
-        raise CriterionNotMet(f"{case.family} {case.id}: met its criterion, but its bundle's view(s) {', '.join(missed)} "
-                              "did not (entries written with met_criterion=false)")
+        raise CriterionNotMet(f"{case.family} {case.id}: met its criterion, but its bundle's view(s) "
+                              f"{', '.join(missed)} did not (entries written with met_criterion=false)")
     if not result.met_criterion:
         edge = _bounds_missed(summary, result.config.trains_edges)
         raise CriterionNotMet(

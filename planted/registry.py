@@ -33,6 +33,11 @@ def get_planted(name: str) -> PlantedTask:
     raise CaseError(f"unknown planted model {name!r}; known: {', '.join(planted_names())}")
 
 
+def bundle_views(name: str) -> list[str] | None:
+    """The views of the multi-task bundle `name` (e.g. mt-2x4), main task first; None if `name` is no bundle."""
+    return list(BUNDLES[name]().view_names) if name in BUNDLES else None
+
+
 def family_members(family: str) -> list[str]:
     """The planted models of a failure-mode family (`all`: of every family), or a one-line CaseError."""
     if family == "all":

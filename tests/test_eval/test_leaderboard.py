@@ -203,6 +203,7 @@ def test_cli_interrupted_then_rerun_computes_only_what_is_missing(cli_root, tmp_
     (["--family", "nope"], "unknown family 'nope'"),
     (["--cases", "3", "--corruption", "token:0"], "unknown corruption 'token:0'"),
     (["--family", "cancellation"], "no planted entry planted-cancellation"),
+    (["--planted", "mt-2x2"], "no planted entry planted-mt-2x2.rare-feature"),  # a bundle: all its views
     ([], "no entries under"),
 ])
 def test_cli_bad_options_one_line_exit_2(argv, needle, tmp_path, capsys):

@@ -34,7 +34,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="case ids, comma-separated (e.g. 3,4,gen-0-1): the trained entry if the root has it, "
                    "else the compiled model (see --model); default every entry under the root")
     p.add_argument("--planted", action="append", default=[], metavar="NAMES",
-                   help="planted entries by name, comma-separated (folders planted-NAME under the root's entries)")
+                   help="planted entries by name, comma-separated (folders planted-NAME under the root's entries; a "
+                   "multi-task bundle's name, e.g. mt-2x4, stands for all its views)")
     p.add_argument("--family", action="append", default=[], metavar="NAME",
                    help="the planted entries of a failure-mode family (rare-feature, cancellation, saturation, redundancy, distribution-shift; all: every "
                    "family; `zoo list planted --family NAME`), added to --planted (repeatable)")
@@ -71,8 +72,10 @@ def _split(values: list[str], what: str) -> list[str]:
 
 
 def _entries_named(args: argparse.Namespace) -> list[str]:
-    """--planted's names, then those of every --family's planted models, each once."""
+    """--planted's names (a multi-task bundle's name standing for all its views), then those of every
+    --family's planted models, each once."""
     from planted import family_members
+    from planted.registry import bundle_views
     from rasp_programs.case import CaseError
     from zoo.errors import ZooError
 
@@ -80,7 +83,8 @@ def _entries_named(args: argparse.Namespace) -> list[str]:
         members = [m for f in _split(args.family, "--family") for m in family_members(f)]
     except CaseError as exc:
         raise ZooError(str(exc)) from None
-    return list(dict.fromkeys(_split(args.planted, "--planted") + members))
+    named = [v for name in _split(args.planted, "--planted") for v in (bundle_views(name) or [name])]
+    return list(dict.fromkeys(named + members))
 
 
 def _check_options(args: argparse.Namespace, keys: list[str]) -> None:

@@ -119,15 +119,18 @@ def _usable(section: Any) -> bool:
 
 
 def entry_family(name: str) -> str:
-    """The leaderboard group of an entry folder: a planted model's failure-mode family (or `planted`),
-    else `case`."""
+    """The leaderboard group of an entry folder: a planted model's failure-mode family, a multi-task
+    view's bundle (e.g. `mt-2x4`), else `planted`; a case's is `case`."""
     return _family(name, _planted_task(name))
 
 
 def _family(name: str, task: Any) -> str:
     if not name.startswith("planted-"):
         return "case"
-    return (task.failure_mode if task is not None else None) or "planted"
+    if task is None:
+        return "planted"
+    bundle = getattr(task, "bundle", None)  # a multi-task view: its bundle's views are reported together
+    return task.failure_mode or (bundle.name if bundle is not None else None) or "planted"
 
 
 def _planted_task(name: str) -> Any:

@@ -231,10 +231,12 @@ def test_entries_are_found_by_folder_name_and_fingerprinted_by_their_manifest(cl
     assert compiled[0].fingerprint == bench_entries(cli_root, cases=["3"], model="compiled")[0].fingerprint
     with pytest.raises(ZooError, match="planted entries there: planted-ioi"):
         bench_entries(cli_root, planted=["tiny"])
-    (entries / "planted-cancellation").mkdir()
-    (entries / "planted-cancellation" / "manifest.json").write_text('{"files": {}}')
+    for name in ("planted-cancellation", "planted-mt-2x2.first"):
+        (entries / name).mkdir()
+        (entries / name / "manifest.json").write_text('{"files": {}}')
     assert {e.name: e.family for e in bench_entries(cli_root)} == {
-        "case-3": "case", "planted-cancellation": "cancellation", "planted-ioi": "planted"}
+        "case-3": "case", "planted-cancellation": "cancellation", "planted-ioi": "planted",
+        "planted-mt-2x2.first": "mt-2x2"}
     assert compiled[0].family == "case"
 
 

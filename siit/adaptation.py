@@ -123,28 +123,9 @@ def learning_rate(state: AdaptState, config: TrainConfig, step: int) -> float:
     return state.cycle_lr + (final - state.cycle_lr) * frac
 
 
-def with_views(metrics: dict[str, Any]) -> dict[str, Any]:
-    """A multi-task bundle's check: the pooled metrics with IIA, SIIA and each node's IIA lowered to the
-    worst view's (siit.train_checks judges each view on its own rows once the pooled check meets the
-    criterion). Without it a stall of one view went unseen: mt-2x4, seed 1, sat at the lr floor for
-    4000 steps with rare-feature's view at IIA .9996 while the pooled check read 1.0; seeing it, the
-    emphasis on the view's lagging node met in 2275 steps."""
-    views = metrics.get("views")
-    if not views:
-        return metrics
-    per_node = dict(metrics.get("iia_per_node", {}))
-    for v in views.values():
-        for node, value in (v.get("iia_per_node") or {}).items():
-            per_node[node] = min(per_node.get(node, 1.0), value)
-    return {**metrics, "iia_min": min([metrics["iia_min"], *(v["iia_min"] for v in views.values())]),
-            "siia_min": min([metrics["siia_min"], *(v["siia_min"] for v in views.values())]),
-            "iia_per_node": per_node}
-
-
 def worst_metric(metrics: dict[str, Any], config: TrainConfig) -> float:
     """The judged metric furthest below its target, each divided by its target (1 = met). Not
     floored: a distractor's R² climbing from -3 to 0 is progress, not a stall."""
-    metrics = with_views(metrics)
     values = {"accuracy": metrics["accuracy"], "iia": metrics["iia_min"], "siia": metrics["siia_min"],
               "distractor_r2": metrics.get("distractor_r2_min", 0.0), "edge_siia": metrics.get("edge_siia_min")}
     target = {"distractor_r2": config.distractor_r2, "edge_siia": config.edge_criterion}
@@ -159,7 +140,7 @@ def node_weights(state: AdaptState, metrics: dict[str, Any] | None, high_nodes: 
     (no emphasis)."""
     if not state.emphasis or metrics is None:
         return None
-    per_node = with_views(metrics).get("iia_per_node", {})
+    per_node = metrics.get("iia_per_node", {})
     deficit = torch.tensor([max(1.0 - float(per_node.get(n, 1.0)), 0.0) for n in high_nodes], dtype=torch.float64)
     uniform = torch.full_like(deficit, 1.0 / len(high_nodes))
     if float(deficit.sum()) == 0.0:

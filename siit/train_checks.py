@@ -67,7 +67,7 @@ def _views_check(trainee: Trainee, s: Setup, config: TrainConfig,
                 break
         summary[view.name] = {
             "iia_min": part["iia_min"], "siia_min": part["siia_min"], "edge_siia_min": part.get("edge_siia_min"),
-            "iia_per_node": part["iia_per_node"], "met": ok}
+            "met": ok}
         met = met and ok
     return {**metrics, "views": summary}, met, "views"
 

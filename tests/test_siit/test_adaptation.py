@@ -118,22 +118,6 @@ def test_emphasis_draws_the_lagging_node_most() -> None:
     assert adaptation.node_weights(AdaptState(budget=100, cycle_lr=0.01), _metrics({"a": 0.5}), ["a"]) is None
 
 
-def test_a_bundle_view_below_the_criterion_counts_where_the_pooled_check_meets_it() -> None:
-    """siit.adaptation.with_views: a multi-task check whose pooled rows meet the criterion but one view's
-    own rows do not is a stall of that view (its lagging node emphasised), not a met check."""
-    config = TrainConfig(criterion=1.0, distractors=False)
-    pooled = _metrics({"a0.h0": 1.0, "m0": 1.0, "m1": 1.0})
-    views = {"mt.x": {"iia_min": 0.9996, "siia_min": 1.0, "iia_per_node": {"a0.h0": 1.0, "m0": 0.9996}, "met": False},
-             "mt.y": {"iia_min": 1.0, "siia_min": 0.999, "iia_per_node": {"m1": 1.0}, "met": False}}
-    assert adaptation.worst_metric(pooled, config) == 1.0
-    assert adaptation.worst_metric({**pooled, "views": views}, config) == pytest.approx(0.999)
-    state = AdaptState(budget=100, cycle_lr=0.01, emphasis=True)
-    w = adaptation.node_weights(state, {**pooled, "views": views}, ["a0.h0", "m0", "m1"])
-    assert w is not None and w[1] > w[0] == w[2]
-    assert adaptation.node_weights(state, pooled, ["a0.h0", "m0", "m1"]) is None
-    assert adaptation.with_views(pooled) is pooled  # a single task's check is left as it is
-
-
 def test_extension_only_within_reach_and_at_most_max_extensions() -> None:
     config = TrainConfig(max_extensions=2, reach=0.02, extension=0.5)
     state = adaptation.start(config)

@@ -144,8 +144,7 @@ def mt_2x2() -> Bundle:
         _copy_part("second", "n", "a1.h1", _second, "y = x_2 from position 3 on (0 before)", _copy_reference(2, 3)),
     )
     # node-level strictness on 8192 sequences: met with every view exact at node level (2026-11-29), where
-    # edge-level strictness never met (cross-task edges stuck at .99) and 2048 sequences left a pair of
-    # rare-feature firing inputs, one the base and one the source, that training never drew
+    # edge-level strictness never met (cross-task edges stuck at .99) and on 2048 the pooled IIA stalled
     return Bundle(name="mt-2x2", parts=parts, n_layers=2, n_heads=2, d_head=16, min_len=3, max_len=6, lr=0.003,
                   epochs=750, strict_edges=False, n_train=8192,
                   description="Four tasks in one 2-layer, 2-head model, one shared vocabulary and unembedding; "

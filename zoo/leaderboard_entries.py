@@ -52,7 +52,7 @@ def bench_entries(root: Path, *, cases: Sequence[str] = (), planted: Sequence[st
     return out
 
 
-def _case_entry(case_id: str, root: Path, model: ModelChoice, ablation: str = "resample") -> Any:
+def _case_entry(case_id: str, root: Path, model: ModelChoice, ablation: str) -> Any:
     from rasp_programs.case import CaseError
     from rasp_programs.lookup import get_case
     from zoo.paths import entries_dir
@@ -70,7 +70,7 @@ def _case_entry(case_id: str, root: Path, model: ModelChoice, ablation: str = "r
     return _compiled(case, root)
 
 
-def _trained(path: Path, root: Path, ablation: str = "resample") -> Any:
+def _trained(path: Path, root: Path, ablation: str) -> Any:
     from eval.leaderboard.cells import BenchEntry
 
     try:
@@ -127,10 +127,8 @@ def entry_family(name: str) -> str:
 def _family(name: str, task: Any) -> str:
     if not name.startswith("planted-"):
         return "case"
-    if task is None:
-        return "planted"
     bundle = getattr(task, "bundle", None)  # a multi-task view: its bundle's views are reported together
-    return task.failure_mode or (bundle.name if bundle is not None else None) or "planted"
+    return (task.failure_mode if task is not None else None) or getattr(bundle, "name", None) or "planted"
 
 
 def _planted_task(name: str) -> Any:

@@ -24,12 +24,10 @@ def sibling_views(case: Any) -> tuple[Any, ...] | None:
     when `case` is not a multi-task view."""
     if case.family != "planted":
         return None
-    from planted.registry import get_planted
+    from planted.registry import bundle_views, get_planted
 
-    bundle = getattr(get_planted(case.id), "bundle", None)
-    if bundle is None:
-        return None
-    return tuple(bundle.task(i).case for i, name in enumerate(bundle.view_names) if name != case.id)
+    views = bundle_views(case.id.partition(".")[0]) or []
+    return tuple(get_planted(v).case for v in views if v != case.id) if case.id in views else None
 
 
 def validate_view(result: Any, view: Any, device: Any) -> tuple[Any, dict[str, Any]]:

@@ -27,12 +27,29 @@ each view's edge labels measured and reported: with edge-level strictness neithe
 mt-2x2: 2 layers x 2 heads, d_head 16; four of the tasks above on all six components (rare-feature
 a0.h0 -> m0, saturation a0.h1 -> m1, first a1.h0, second a1.h1): fewer tasks, so fewer cross-task
 edges for strictness to train away.
+
+mt-4x4: CAUSAL-BENCH's 4x4 model (issue 32, item 4: the planted models get other tasks too), d_head 16,
+lengths 3-6. Its five-node circuit keeps its own components (operand heads a0.h0 and a0.h1, compute m1,
+route a2.h0, format m3) and ten other tasks fill 13 more: rare-feature a0.h2 -> m0, saturation a1.h0 ->
+m2, lag2 a0.h3 -> a1.h1, third a1.h2, back3 a1.h3, fourth (y = x_4 from position 5) a2.h1, back4
+(y = x_{i-4} from position 5) a2.h2, first a2.h3, second a3.h0, fifth (y = x_5 at position 6) a3.h1.
+Those are the position copies no other node computes (first and second differ from the operand heads
+at positions 1-2 only, the closest any two nodes here come); the last two heads, a3.h2 and a3.h3, have
+no task left and get a distractor each. Rows are drawn by node count (Part.share: causal-bench 5, the
+two-node tasks 2, the copies 1), since IIT trains a node on its own task's rows only: with uniform rows
+causal-bench's nodes, at 1/11 of each batch, were still at IIA .97 after 1900 steps. It has not met its
+criterion yet: the views stall on SIIA "all" (every other task's node patched at once) where an answer is
+also carried by another task's component (rare-feature's trigger reads x_1 and x_2, which causal-bench's
+operand heads carry; fourth and fifth coincide with lag2's heads at position 6): docs/results.md, "mt-4x4".
 """
 
 from __future__ import annotations
 
 import torch
 
+from planted.causal_bench import N_VALUES as CB_VALUES
+from planted.causal_bench import causal_model
+from planted.causal_bench import reference as causal_bench_reference
 from planted.causal_model import CausalModel, Node
 from planted.failure_modes import rare_feature, saturation
 from planted.multi_task import Bundle, Part
@@ -61,16 +78,33 @@ def _first(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
     return _from(digits, 1, 2)
 
 
+def _fourth(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _from(digits, 4, 5)
+
+
+def _fifth(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _from(digits, 5, 6)
+
+
 def _previous(values: torch.Tensor) -> torch.Tensor:
     out = torch.zeros_like(values)
     out[:, 2:] = values[:, 1:-1]  # position 1 has no previous input token: 0
     return out
 
 
-def _back3(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+def _back(digits: torch.Tensor, k: int) -> torch.Tensor:
+    """x_{i-k} from position k + 1 on, 0 before."""
     out = torch.zeros_like(digits)
-    out[:, 4:] = digits[:, 1:-3]
+    out[:, k + 1:] = digits[:, 1:-k]
     return out
+
+
+def _back3(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _back(digits, 3)
+
+
+def _back4(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+    return _back(digits, 4)
 
 
 def _previous_token(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
@@ -109,11 +143,12 @@ def _copy_part(key: str, prefix: str, component: str, fn, label: str, reference)
                 reference=reference, n_values=COPY_VALUES, description=f"{label}.")
 
 
-def _family_part(key: str, prefix: str, head: str, mlp: str) -> Part:
+def _family_part(key: str, prefix: str, head: str, mlp: str, share: float = 1.0) -> Part:
     """A two-node failure-mode model (a head, then the MLP answering) as a bundle task."""
     task = {"rare-feature": rare_feature, "saturation": saturation}[key]()
     return Part(key=key, prefix=prefix, model=task.model, placement={"a0.h0": head, "m0": mlp},
-                reference=task.reference, n_values=task.model.n_values, description=task.case.description)
+                reference=task.reference, n_values=task.model.n_values, description=task.case.description,
+                share=share)
 
 
 def mt_2x4() -> Bundle:
@@ -151,5 +186,32 @@ def mt_2x2() -> Bundle:
                               "every component computes one task's node (planted.bundles).")
 
 
-BUNDLES = {"mt-2x4": mt_2x4, "mt-2x2": mt_2x2}
+def mt_4x4() -> Bundle:
+    cb = causal_model(4)
+    parts = (
+        Part(key="causal-bench", prefix="c", model=cb, placement={n: n for n in cb.nodes},
+             reference=causal_bench_reference, n_values=CB_VALUES, share=5.0,
+             description="CAUSAL-BENCH's five-node circuit (planted.causal_bench): y_i = ((x_1*b + x_1 + 2b) mod 5 "
+                         "+ x_i) mod 5 with b = x_2 (x_1 at position 1)."),
+        _family_part("rare-feature", "r", "a0.h2", "m0", share=2.0),
+        _family_part("saturation", "s", "a1.h0", "m2", share=2.0),
+        Part(key="lag2", prefix="l", model=_lag2_model(), placement={"a0.h0": "a0.h3", "a1.h0": "a1.h1"},
+             reference=_copy_reference(-2, 3), n_values=COPY_VALUES, share=2.0,
+             description="y_i = x_{i-2} (0 at positions 1 and 2), by two heads in series."),
+        _copy_part("third", "t", "a1.h2", _third, "y = x_3 from position 4 on (0 before)", _copy_reference(3, 4)),
+        _copy_part("back3", "b", "a1.h3", _back3, "y = x_{i-3} from position 4 on (0 before)", _copy_reference(-3, 4)),
+        _copy_part("fourth", "o", "a2.h1", _fourth, "y = x_4 from position 5 on (0 before)", _copy_reference(4, 5)),
+        _copy_part("back4", "k", "a2.h2", _back4, "y = x_{i-4} from position 5 on (0 before)", _copy_reference(-4, 5)),
+        _copy_part("first", "f", "a2.h3", _first, "y = x_1 from position 2 on (0 at 1)", _copy_reference(1, 2)),
+        _copy_part("second", "n", "a3.h0", _second, "y = x_2 from position 3 on (0 before)", _copy_reference(2, 3)),
+        _copy_part("fifth", "v", "a3.h1", _fifth, "y = x_5 from position 6 on (0 before)", _copy_reference(5, 6)),
+    )
+    return Bundle(name="mt-4x4", parts=parts, n_layers=4, n_heads=4, d_head=16, min_len=3, max_len=6, lr=0.003,
+                  epochs=60, strict_edges=False, n_train=32768,
+                  description="CAUSAL-BENCH's 4x4 circuit and ten other tasks in one 4-layer, 4-head model, one shared "
+                              "vocabulary and unembedding; 18 of 20 components compute a task's node, a3.h2 and a3.h3 "
+                              "a distractor each (planted.bundles).")
+
+
+BUNDLES = {"mt-2x4": mt_2x4, "mt-2x2": mt_2x2, "mt-4x4": mt_4x4}
 """Bundle name -> its builder."""

@@ -71,8 +71,14 @@ class Part:
     """Input values 0 .. n_values - 1."""
     description: str
     """What the task computes."""
+    share: float = 1.0
+    """Relative frequency of its rows in the training and pooled validation inputs (the sampler draws a
+    part with probability share / the sum of shares): IIT trains a node on its own task's rows only, so a
+    task of many nodes gives each of them fewer rows than a one-node task gives its node."""
 
     def __post_init__(self) -> None:
+        if not self.share > 0:
+            raise ValueError(f"part {self.key}: share must be positive")
         if set(self.placement) != set(self.model.nodes):
             raise ValueError(f"part {self.key}: placement must name exactly its nodes {list(self.model.nodes)}")
         if len(set(self.placement.values())) != len(self.placement):
@@ -272,14 +278,18 @@ class Bundle:
 
 @dataclasses.dataclass(frozen=True)
 class PartSampler:
-    """Each row: a part drawn uniformly, a length uniform in [min, max], values uniform."""
+    """Each row: a part drawn by its share (Part.share), a length uniform in [min, max], values uniform."""
 
     parts: tuple[Part, ...]
     min_len: int
     max_len: int
 
     def __call__(self, rng: Any, n: int) -> list[tuple[str, ...]]:
-        which = rng.integers(0, len(self.parts), size=n)
+        shares = [p.share for p in self.parts]
+        if len(set(shares)) == 1:  # uniform: the draw every bundle made before shares existed (same inputs)
+            which = rng.integers(0, len(self.parts), size=n)
+        else:
+            which = rng.choice(len(self.parts), size=n, p=[w / sum(shares) for w in shares])
         lengths = rng.integers(self.min_len, self.max_len + 1, size=n)
         out = []
         for k, length in zip(which, lengths):

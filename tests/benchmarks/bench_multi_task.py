@@ -3,11 +3,15 @@ for every task of a trained bundle, on that task's inputs and on every task's in
 same task trained alone (a single-task planted entry of another root, where there is one).
 
     python tests/benchmarks/bench_multi_task.py --root ROOT [--bundle mt-2x4] [--alone ROOT2] [--n 2000]
+    python tests/benchmarks/bench_multi_task.py --checkpoint DIR --bundle mt-4x4 [--alone ROOT2]
 
 Reads one trained view of the bundle (`zoo train planted mt-2x4.rare-feature --root ROOT`; every view
 has the same weights) and the ground-truth verdicts its validation.json records for every task;
-`--alone` reads the single-task entries (`zoo train planted rare-feature --root ROOT2`). Prints JSON;
-not part of CI. The numbers go into issue 32's note.
+`--alone` reads the single-task entries (`zoo train planted rare-feature --root ROOT2`).
+`--checkpoint` reads a bundle's training checkpoint instead (`<root>/entries/.planted-<view>.checkpoint`
+of a run that has not met its criterion yet), with the head rescale the entry would get; such a model
+has no ground-truth verdicts and is no entry. Prints JSON; not part of CI. The numbers go into issue
+32's note.
 """
 
 from __future__ import annotations
@@ -17,6 +21,10 @@ import json
 import statistics
 import sys
 from pathlib import Path
+
+
+ALONE = {"causal-bench": "causal-bench-4x4"}
+"""A bundle task's single-task planted model where the names differ (mt-4x4's main task)."""
 
 
 def _battery(model, tokens, mask, circuit) -> dict:
@@ -39,17 +47,48 @@ def _entry(root: Path, name: str):
     return case, entry, Transformer.from_state_dict(entry.config, entry.state_dict)
 
 
-def run(root: Path, bundle_name: str, alone: Path | None, n: int, seed: int) -> dict:
+def from_checkpoint(path: Path, bundle):
+    """(step, model, Setup) of a bundle's training checkpoint, the model head-rescaled as its entry
+    would be (the Setup on 256 training sequences: its validation pairs do not depend on them)."""
+    import dataclasses as dc
+
+    from planted import get_planted
+    from siit.checkpoint import load_checkpoint
+    from siit.config import TrainConfig
+    from siit.optim import Adam
+    from siit.reparametrize import rescale_heads
+    from siit.train_setup import Trainee, prepare
+    from siit.transformer import Transformer
+    from zoo.multi_task_entry import training_task
+
+    meta = json.loads((path / "state.json").read_text())
+    config = TrainConfig(**{**meta["config"], "betas": tuple(meta["config"]["betas"])})
+    s = prepare(training_task(get_planted(bundle.view_names[0])), dc.replace(config, n_train=256))
+    trainee = Trainee(Transformer(s.low_config), len(s.targets.distractors) if s.targets else 0)
+    optimizer = Adam(trainee.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
+    load_checkpoint(path, model=trainee, optimizer=optimizer, extra={})
+    if config.rescale_heads:
+        rescale_heads(trainee.model, s.corr.low, seed=s.case_seed, circuit=s.corr.aligned)
+    return meta["step"], trainee.model, s
+
+
+def run(root: Path | None, bundle_name: str, alone: Path | None, n: int, seed: int,
+        checkpoint: Path | None = None) -> dict:
     import torch
 
     from planted.bundles import BUNDLES
 
     torch.set_num_threads(1)
     bundle = BUNDLES[bundle_name]()
-    trained = next((v for v in bundle.view_names if (root / "entries" / f"planted-{v}").is_dir()), None)
-    if trained is None:
-        sys.exit(f"no trained view of {bundle_name} in {root}: zoo train planted {bundle.view_names[0]} --root {root}")
-    _, entry, model = _entry(root, trained)
+    if checkpoint is not None:
+        step, model, _ = from_checkpoint(checkpoint, bundle)
+        trained, entry = f"checkpoint {checkpoint} at step {step}", None
+    else:
+        trained = next((v for v in bundle.view_names if (root / "entries" / f"planted-{v}").is_dir()), None)
+        if trained is None:
+            sys.exit(f"no trained view of {bundle_name} in {root}: zoo train planted {bundle.view_names[0]} "
+                     f"--root {root}")
+        _, entry, model = _entry(root, trained)
     every = bundle.task()
     mixed = every.encoding.encode(every.case.sample(n, seed))
     rows = []
@@ -57,13 +96,14 @@ def run(root: Path, bundle_name: str, alone: Path | None, n: int, seed: int) -> 
         view = bundle.task(k)
         tokens, mask = view.encoding.encode(view.case.sample(n, seed))
         row = {"task": view_name, "circuit": list(view.graph.nodes),
-               "ground_truth": (entry.validation or {}).get("tasks", {}).get("views", {}).get(view_name),
+               "ground_truth": None if entry is None else
+               (entry.validation or {}).get("tasks", {}).get("views", {}).get(view_name),
                "own_inputs": _battery(model, tokens, mask, view.graph.nodes),
                "every_tasks_inputs": _battery(model, *mixed, view.graph.nodes)}
-        key = bundle.parts[k].key
+        key = ALONE.get(bundle.parts[k].key, bundle.parts[k].key)
         if alone is not None and (alone / "entries" / f"planted-{key}").is_dir():
-            case, _, single = _entry(alone, key)
-            row["alone"] = _battery(single, *_encode(case, n, seed), _entry(alone, key)[1].circuit.nodes)
+            case, single_entry, single = _entry(alone, key)
+            row["alone"] = _battery(single, *_encode(case, n, seed), single_entry.circuit.nodes)
         rows.append(row)
     return {"bundle": bundle_name, "entry": trained, "n": n, "seed": seed, "tasks": rows,
             "median_over_tasks": {where: {"max": statistics.median(r[where]["max"] for r in rows),
@@ -79,13 +119,15 @@ def _encode(case, n: int, seed: int):
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--root", type=Path, required=True)
+    where = parser.add_mutually_exclusive_group(required=True)
+    where.add_argument("--root", type=Path, help="a zoo root with a trained view of the bundle")
+    where.add_argument("--checkpoint", type=Path, help="a bundle's training checkpoint directory")
     parser.add_argument("--bundle", default="mt-2x4")
     parser.add_argument("--alone", type=Path, default=None, help="a root with the single-task planted entries")
     parser.add_argument("--n", type=int, default=2000)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
-    print(json.dumps(run(args.root, args.bundle, args.alone, args.n, args.seed), indent=1))
+    print(json.dumps(run(args.root, args.bundle, args.alone, args.n, args.seed, args.checkpoint), indent=1))
 
 
 if __name__ == "__main__":

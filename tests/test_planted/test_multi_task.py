@@ -27,14 +27,15 @@ def _run(task, n=N, seed=0):
     return seqs, tokens, mask, labels, values, positions
 
 
-@pytest.fixture(scope="module")
-def bundle() -> Bundle:
-    return BUNDLES["mt-2x4"]()
+@pytest.fixture(scope="module", params=sorted(BUNDLES))
+def bundle(request) -> Bundle:
+    return BUNDLES[request.param]()
 
 
-def test_views_are_listed_and_resolved(bundle):
+def test_views_are_listed_and_resolved():
     names = planted_names()
-    assert all(v in names for v in bundle.view_names)
+    bundle = BUNDLES["mt-2x4"]()
+    assert all(v in names for b in BUNDLES.values() for v in b().view_names)
     assert bundle.view_names[0] == "mt-2x4.rare-feature"  # the main task comes first
     view = get_planted("mt-2x4.lag2")
     assert view.bundle is not None and view.case.id == "mt-2x4.lag2"
@@ -42,20 +43,24 @@ def test_views_are_listed_and_resolved(bundle):
         get_planted("mt-2x4.nothing")
 
 
-@pytest.mark.parametrize("view", [None, 0, 1, 2, 3, 4, 5, 6])
-def test_labels_follow_each_tasks_reference(bundle, view):
-    task = bundle.task(view)
-    seqs, _, _, labels, values, positions = _run(task)
-    assert torch.equal(labels[positions], task.labels(seqs)[positions])
-    assert values.shape[0] == len(task.graph.nodes)
-    if view is not None:  # a view's inputs are its task's tokens only
-        prefix = bundle.parts[view].prefix
-        assert all(t.startswith(prefix) for seq in seqs for t in seq)
+def test_labels_follow_each_tasks_reference(bundle):
+    for view in (None, *range(len(bundle.parts))):
+        task = bundle.task(view)
+        seqs, _, _, labels, values, positions = _run(task)
+        assert torch.equal(labels[positions], task.labels(seqs)[positions]), view
+        assert values.shape[0] == len(task.graph.nodes)
+        if view is not None:  # a view's inputs are its task's tokens only
+            prefix = bundle.parts[view].prefix
+            assert all(t.startswith(prefix) for seq in seqs for t in seq)
 
 
-def test_the_bundle_covers_every_component_and_each_view_is_its_part(bundle):
+def test_each_view_is_its_part_and_the_bundle_covers_what_it_places(bundle):
     training = bundle.task()
-    assert training.covers_model
+    components = {f"a{layer}.h{h}" for layer in range(bundle.n_layers) for h in range(bundle.n_heads)} | {
+        f"m{layer}" for layer in range(bundle.n_layers)}
+    placed = {c for p in bundle.parts for c in p.placement.values()}
+    assert training.covers_model == (placed == components)
+    assert bundle.name == "mt-4x4" or training.covers_model  # only mt-4x4 leaves components to distractors
     seen: list[str] = []
     for k, part in enumerate(bundle.parts):
         view = bundle.task(k)
@@ -128,7 +133,8 @@ def test_bad_placements_are_refused():
                description="").model()
 
 
-def test_a_view_trains_its_bundle_without_distractors(bundle):
+def test_a_view_trains_its_bundle_without_distractors():
+    bundle = BUNDLES["mt-2x4"]()
     view = get_planted("mt-2x4.saturation")
     trained_on = training_task(view)
     assert trained_on.case.id == "mt-2x4" and trained_on.covers_model
@@ -139,6 +145,17 @@ def test_a_view_trains_its_bundle_without_distractors(bundle):
     family = get_planted("saturation")
     assert training_task(family) is family
     assert with_task_defaults(TrainConfig(), family, lr_given=False).distractors is True
+
+
+def test_a_bundle_that_leaves_components_gives_them_distractors():
+    """mt-4x4 places 18 tasks' nodes on 20 components: the two left (a3.h2, a3.h3) are out of every
+    task's circuit, so its training gives them distractor tasks, while each view trains none."""
+    trained_on = training_task(get_planted("mt-4x4.causal-bench"))
+    assert trained_on.case.id == "mt-4x4" and not trained_on.covers_model
+    config = with_task_defaults(TrainConfig(), trained_on, lr_given=False)
+    assert config.distractors is True and config.strict_edges is False
+    corr = trained_on.correspondence(trained_on.low_level_config(training_config_arch()), seed=0)
+    assert sorted(corr.non_aligned) == ["a3.h2", "a3.h3"]
 
 
 def test_a_causal_model_with_one_node_still_checks_its_order():

@@ -1,0 +1,66 @@
+"""Where a multi-task bundle's views miss the criterion: for each view of a training checkpoint, the
+wrong labelled positions of every IIA and SIIA group of its check (the view's own validation pairs),
+counted by position, input length and (label, prediction). Prints one JSON object.
+
+    python tests/benchmarks/bench_view_failures.py CHECKPOINT --bundle mt-4x4
+
+CHECKPOINT is `<root>/entries/.planted-<view>.checkpoint` of a run that has not met its criterion
+(bench_multi_task.from_checkpoint). mt-4x4's views missed only under SIIA "all" (every node outside
+the view's circuit patched at once), at answers another task's components also carry
+(docs/results.md, "mt-4x4"). Not part of CI.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections import Counter
+from pathlib import Path
+
+
+def run(checkpoint: Path, bundle_name: str) -> dict:
+    import torch
+
+    from planted.bundles import BUNDLES
+    from siit.losses import agree
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_multi_task import from_checkpoint
+
+    torch.set_num_threads(1)
+    step, model, s = from_checkpoint(checkpoint, BUNDLES[bundle_name]())
+    views = {}
+    for view in s.views:
+        ev = view.evaluator
+        d, lm = ev.data, ev.data.label_mask
+        names, masks = ev.groups()
+        preds = ev.run_groups(model, masks)
+        nodes = ev.correspondence.high_nodes
+        groups = {}
+        for i, name in enumerate(names):
+            target = ev.iit_targets[nodes.index(name[4:])] if name.startswith("iia:") else d.labels
+            wrong = ~agree(preds[i], target, ev.task_kind, ev.tolerance) & lm
+            if not wrong.any():
+                continue
+            at = wrong.nonzero().tolist()
+            groups[name] = {
+                "wrong": len(at), "labelled": int(lm.sum()),
+                "by_position_and_length": dict(Counter(f"position {p}, length {int(d.lengths[r])}"
+                                                       for r, p in at).most_common(8)),
+                "label_prediction": dict(Counter(f"{int(target[r, p])} -> {int(preds[i][r, p])}"
+                                                 for r, p in at).most_common(8))}
+        views[view.name] = groups
+    return {"checkpoint": str(checkpoint), "step": step, "views": views}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("checkpoint", type=Path)
+    parser.add_argument("--bundle", default="mt-4x4")
+    args = parser.parse_args()
+    print(json.dumps(run(args.checkpoint, args.bundle), indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -33,9 +33,10 @@ lengths 3-6. Its five-node circuit keeps its own components (operand heads a0.h0
 route a2.h0, format m3) and ten other tasks fill 13 more: rare-feature a0.h2 -> m0, saturation a1.h0 ->
 m2, lag2 a0.h3 -> a1.h1, third a1.h2, back3 a1.h3, fourth (y = x_4 from position 5) a2.h1, back4
 (y = x_{i-4} from position 5) a2.h2, first a2.h3, second a3.h0, fifth (y = x_5 at position 6) a3.h1.
-Those are the position copies no other node computes (first and second differ from the operand heads
-at positions 1-2 only, the closest any two nodes here come); the last two heads, a3.h2 and a3.h3, have
-no task left and get a distractor each. Rows are drawn by node count (Part.share: causal-bench 5, the
+No two nodes compute the same function, but many agree at some positions: first and second with the
+operand heads from position 2 and 3 on, lag2's heads with third, fourth, fifth and the back copies where
+an offset reaches a position. The last two heads, a3.h2 and a3.h3, have no task left and get a distractor
+each. Rows are drawn by node count (Part.share: causal-bench 5, the
 two-node tasks 2, the copies 1), since IIT trains a node on its own task's rows only: with uniform rows
 causal-bench's nodes, at 1/11 of each batch, were still at IIA .97 after 1900 steps. It has not met its
 criterion yet: the views stall on SIIA "all" (every other task's node patched at once) where an answer is
@@ -210,7 +211,8 @@ def mt_4x4() -> Bundle:
                   epochs=60, strict_edges=False, n_train=32768,
                   description="CAUSAL-BENCH's 4x4 circuit and ten other tasks in one 4-layer, 4-head model, one shared "
                               "vocabulary and unembedding; 18 of 20 components compute a task's node, a3.h2 and a3.h3 "
-                              "a distractor each (planted.bundles).")
+                              "a distractor each (planted.bundles). Not yet trained to its criterion: its views stall "
+                              "(docs/results.md, mt-4x4).")
 
 
 BUNDLES = {"mt-2x4": mt_2x4, "mt-2x2": mt_2x2, "mt-4x4": mt_4x4}

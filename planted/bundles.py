@@ -33,15 +33,15 @@ lengths 3-6. Its five-node circuit keeps its own components (operand heads a0.h0
 route a2.h0, format m3) and ten other tasks fill 13 more: rare-feature a0.h2 -> m0, saturation a1.h0 ->
 m2, lag2 a0.h3 -> a1.h1, third a1.h2, back3 a1.h3, fourth (y = x_4 from position 5) a2.h1, back4
 (y = x_{i-4} from position 5) a2.h2, first a2.h3, second a3.h0, fifth (y = x_5 at position 6) a3.h1.
-No two nodes compute the same function, but many agree at some positions: first and second with the
+No two nodes compute the same function (several agree at some positions: first and second with the
 operand heads from position 2 and 3 on, lag2's heads with third, fourth, fifth and the back copies where
-an offset reaches a position. The last two heads, a3.h2 and a3.h3, have no task left and get a distractor
-each. Rows are drawn by node count (Part.share: causal-bench 5, the
-two-node tasks 2, the copies 1), since IIT trains a node on its own task's rows only: with uniform rows
-causal-bench's nodes, at 1/11 of each batch, were still at IIA .97 after 1900 steps. It has not met its
-criterion yet: the views stall on SIIA "all" (every other task's node patched at once) where an answer is
-also carried by another task's component (rare-feature's trigger reads x_1 and x_2, which causal-bench's
-operand heads carry; fourth and fifth coincide with lag2's heads at position 6): docs/results.md, "mt-4x4".
+an offset reaches a position; patched in pairs they move no view's answer). The last two heads, a3.h2
+and a3.h3, have no task left and get a distractor each. Rows are drawn by node count (Part.share:
+causal-bench 5, the two-node tasks 2, the copies 1), since IIT trains a node on its own task's rows
+only: with uniform rows causal-bench's nodes, at 1/11 of each batch, were still at IIA .97 after 1900
+steps. It has not met its criterion yet: the views stall on SIIA "all" (every other task's node patched
+at once), where the later layers' components of other tasks, each inert alone, together move an answer
+(docs/results.md, "mt-4x4").
 """
 
 from __future__ import annotations

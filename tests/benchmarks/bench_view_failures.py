@@ -2,12 +2,14 @@
 wrong labelled positions of every IIA and SIIA group of its check (the view's own validation pairs),
 counted by position, input length and (label, prediction). Prints one JSON object.
 
-    python tests/benchmarks/bench_view_failures.py CHECKPOINT --bundle mt-4x4
+    python tests/benchmarks/bench_view_failures.py CHECKPOINT --bundle mt-4x4 [--patch a0.h0,a0.h1 ...]
 
 CHECKPOINT is `<root>/entries/.planted-<view>.checkpoint` of a run that has not met its criterion
 (bench_multi_task.from_checkpoint). mt-4x4's views missed only under SIIA "all" (every node outside
 the view's circuit patched at once), at answers another task's components also carry
-(docs/results.md, "mt-4x4"). Not part of CI.
+(docs/results.md, "mt-4x4"). `--patch` adds groups of its own: each names nodes patched together on
+every view's rows whose circuit holds none of them (as SIIA patches: sources of the view's own rows),
+to test which other task's components carry a view's answer. Not part of CI.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ from collections import Counter
 from pathlib import Path
 
 
-def run(checkpoint: Path, bundle_name: str) -> dict:
+def run(checkpoint: Path, bundle_name: str, patch: list[str] | None = None) -> dict:
     import torch
 
     from planted.bundles import BUNDLES
@@ -35,6 +37,11 @@ def run(checkpoint: Path, bundle_name: str) -> dict:
         ev = view.evaluator
         d, lm = ev.data, ev.data.label_mask
         names, masks = ev.groups()
+        low, own = ev.correspondence.low, set(view.corr.aligned)
+        for group in patch or []:
+            nodes = group.split(",")
+            if not own & set(nodes):
+                names, masks = names + [f"siia:{group}"], torch.cat([masks, low.mask(nodes)[None]])
         preds = ev.run_groups(model, masks)
         nodes = ev.correspondence.high_nodes
         groups = {}
@@ -58,8 +65,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("checkpoint", type=Path)
     parser.add_argument("--bundle", default="mt-4x4")
+    parser.add_argument("--patch", nargs="*", default=[], help="node sets patched together, e.g. a0.h0,a0.h1")
     args = parser.parse_args()
-    print(json.dumps(run(args.checkpoint, args.bundle), indent=1))
+    print(json.dumps(run(args.checkpoint, args.bundle, args.patch), indent=1))
 
 
 if __name__ == "__main__":

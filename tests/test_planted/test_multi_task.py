@@ -179,3 +179,29 @@ def test_answers_stay_in_their_tasks_classes_under_any_interchange(bundle):
         for row in range(0, N, 7):
             answers = {vocab[c] for c in out[row][positions[row]].tolist()}
             assert all(a[0] == prefix[row] for a in answers)
+
+
+def test_rows_are_drawn_by_share_and_equal_shares_draw_as_before():
+    """Part.share: a part's rows come up in proportion to its share (mt-4x4: by node count); equal
+    shares keep the uniform draw every bundle made before shares existed (the same inputs)."""
+    import dataclasses
+
+    import numpy as np
+
+    from planted.multi_task import PartSampler
+
+    bundle = BUNDLES["mt-4x4"]()
+    seqs = bundle.task().case.sample(20000, 0)
+    total = sum(p.share for p in bundle.parts)
+    for part in bundle.parts:
+        seen = sum(seq[0][0] == part.prefix for seq in seqs) / len(seqs)
+        assert abs(seen - part.share / total) < 0.01, part.key
+    parts = bundle.parts[:3]
+    equal = tuple(dataclasses.replace(p, share=2.0) for p in parts)
+    assert PartSampler(equal, 3, 6)(np.random.default_rng(7), 50) == PartSampler(
+        tuple(dataclasses.replace(p, share=1.0) for p in parts), 3, 6)(np.random.default_rng(7), 50)
+    which = np.random.default_rng(7).integers(0, 3, size=50)  # the draw before shares existed
+    drawn = PartSampler(equal, 3, 6)(np.random.default_rng(7), 50)
+    assert [parts[int(k)].prefix for k in which] == [seq[0][0] for seq in drawn]
+    with pytest.raises(ValueError, match="share"):
+        dataclasses.replace(parts[0], share=0.0)

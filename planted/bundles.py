@@ -128,6 +128,13 @@ def _lag2_model() -> CausalModel:
         first_value_id=1, n_values=COPY_ANSWERS)
 
 
+def _lag2_part(first: str, second: str, share: float = 1.0) -> Part:
+    """lag2 on heads `first` (p = x_{i-1}) and `second` (y = p_{i-1}), a later layer's."""
+    return Part(key="lag2", prefix="l", model=_lag2_model(), placement={"a0.h0": first, "a1.h0": second},
+                reference=_copy_reference(-2, 3), n_values=COPY_VALUES, share=share,
+                description="y_i = x_{i-2} (0 at positions 1 and 2), by two heads in series.")
+
+
 def _copy_reference(source: int, first: int):
     """y_i = x_source from position `first` on (source may be relative: i + source when < 1), else 0."""
     def reference(seq: tuple[int, ...]) -> list[int]:
@@ -156,9 +163,7 @@ def mt_2x4() -> Bundle:
     parts = (
         _family_part("rare-feature", "r", "a0.h2", "m0"),
         _family_part("saturation", "s", "a0.h0", "m1"),
-        Part(key="lag2", prefix="l", model=_lag2_model(), placement={"a0.h0": "a0.h1", "a1.h0": "a1.h3"},
-             reference=_copy_reference(-2, 3), n_values=COPY_VALUES,
-             description="y_i = x_{i-2} (0 at positions 1 and 2), by two heads in series."),
+        _lag2_part("a0.h1", "a1.h3"),
         _copy_part("second", "n", "a0.h3", _second, "y = x_2 from position 3 on (0 before)", _copy_reference(2, 3)),
         _copy_part("back3", "b", "a1.h0", _back3, "y = x_{i-3} from position 4 on (0 before)", _copy_reference(-3, 4)),
         _copy_part("first", "f", "a1.h1", _first, "y = x_1 from position 2 on (0 at 1)", _copy_reference(1, 2)),
@@ -196,9 +201,7 @@ def mt_4x4() -> Bundle:
                          "+ x_i) mod 5 with b = x_2 (x_1 at position 1)."),
         _family_part("rare-feature", "r", "a0.h2", "m0", share=2.0),
         _family_part("saturation", "s", "a1.h0", "m2", share=2.0),
-        Part(key="lag2", prefix="l", model=_lag2_model(), placement={"a0.h0": "a0.h3", "a1.h0": "a1.h1"},
-             reference=_copy_reference(-2, 3), n_values=COPY_VALUES, share=2.0,
-             description="y_i = x_{i-2} (0 at positions 1 and 2), by two heads in series."),
+        _lag2_part("a0.h3", "a1.h1", share=2.0),
         _copy_part("third", "t", "a1.h2", _third, "y = x_3 from position 4 on (0 before)", _copy_reference(3, 4)),
         _copy_part("back3", "b", "a1.h3", _back3, "y = x_{i-3} from position 4 on (0 before)", _copy_reference(-3, 4)),
         _copy_part("fourth", "o", "a2.h1", _fourth, "y = x_4 from position 5 on (0 before)", _copy_reference(4, 5)),

@@ -158,13 +158,12 @@ class Evaluator:
                 scores.append(ok[:, lm].float().mean(dim=1))
         return torch.cat(scores) if scores else torch.ones(0)
 
-    def evaluate(self, model: Transformer, *, acts: torch.Tensor | None = None) -> dict[str, Any]:
-        """accuracy, iia (mean over high-level nodes), iia_min, siia (mean over single non-aligned
-        nodes), siia_min (including all-at-once), siia_all, and per-node values; on data in several
-        input shapes also `by_shape`: each shape's accuracy, iia_min, siia_min, labelled positions
-        and the node with the lowest IIA (each pooled score is the position-weighted mean of its
-        per-shape scores). acts: as for run_groups."""
-        names, masks = self.groups()
+    def agreement(self, model: Transformer, names: list[str], masks: torch.Tensor, *,
+                  acts: torch.Tensor | None = None) -> torch.Tensor:
+        """bool [G, N, T]: where each group's output agrees with its target, for groups named as
+        `groups` names them (masks [G, L, S]): "iia:<node>" against that node's interchange target
+        on the IIT pairing, "siia:..." against the labels with the strictness sources, "clean"
+        against the labels. acts: as for run_groups."""
         d = self.data
         if acts is None:
             acts = node_activations(model, d.tokens, d.mask, d.present)
@@ -174,7 +173,6 @@ class Evaluator:
         preds[~strict] = plain
         if strict.any():
             preds[strict] = self.run_groups(model, masks[strict], acts[:, self.strict_sources], acts=acts)
-        lm = self.data.label_mask
         agreed = []  # bool [N, T] per group
         for i, name in enumerate(names):
             if name.startswith("iia:"):
@@ -182,6 +180,17 @@ class Evaluator:
             else:
                 target = self.data.labels
             agreed.append(agree(preds[i], target, self.task_kind, self.tolerance))
+        return torch.stack(agreed)
+
+    def evaluate(self, model: Transformer, *, acts: torch.Tensor | None = None) -> dict[str, Any]:
+        """accuracy, iia (mean over high-level nodes), iia_min, siia (mean over single non-aligned
+        nodes), siia_min (including all-at-once), siia_all, and per-node values; on data in several
+        input shapes also `by_shape`: each shape's accuracy, iia_min, siia_min, labelled positions
+        and the node with the lowest IIA (each pooled score is the position-weighted mean of its
+        per-shape scores). acts: as for run_groups."""
+        names, masks = self.groups()
+        agreed = self.agreement(model, names, masks, acts=acts)
+        lm = self.data.label_mask
         out = _summarise(names, [float(a[lm].float().mean()) for a in agreed])
         shape_ids = self.data.shape_ids
         if shape_ids is not None and shape_ids.unique().numel() > 1:

@@ -59,7 +59,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--batch-size", type=int, default=None, help=f"pairs per step (default {d['batch_size']}; the paper 512)")
     p.add_argument("--n-train", type=int, default=None, metavar="N",
                    help=f"training sequences, drawn once from the case's sampler (default {d['n_train']}, or a planted "
-                   "model's own: 8192 and 32768 for the views of the bundles mt-2x2 and mt-2x4). An "
+                   "model's own: 8192 for the views of the bundle mt-2x2, 32768 for mt-2x4's and mt-4x4's). An "
                    "epoch is one pass over them: with more, give fewer --epochs to keep the step budget "
                    "(--n-train 8192 --epochs 62 is about the default 4000 steps)")
     p.add_argument("--min-d-head", type=int, default=None, metavar="N",

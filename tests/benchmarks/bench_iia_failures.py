@@ -27,7 +27,6 @@ def main() -> None:
     import torch
 
     from siit.data import SHAPES
-    from siit.losses import agree
     from zoo.validate_entry import trained_entry
 
     torch.set_num_threads(1)
@@ -35,21 +34,20 @@ def main() -> None:
     ev = setup.final_evaluator
     d, lm = ev.data, ev.data.label_mask
     names, masks = ev.groups()
-    preds = ev.run_groups(model, masks)
-    nodes = ev.correspondence.high_nodes
+    agreed = ev.agreement(model, names, masks)  # as validation pairs them (strict sources for SIIA)
     seen = set(setup.train_set.seqs)
     groups = {}
-    for i, name in enumerate(names):
-        target = ev.iit_targets[nodes.index(name[4:])] if name.startswith("iia:") else d.labels
-        wrong = ~agree(preds[i], target, ev.task_kind, ev.tolerance) & lm
+    for name, ok in zip(names, agreed):
+        wrong = ~ok & lm
         rows = wrong.nonzero()[:, 0].tolist()
+        src = ev.strict_sources if name.startswith("siia:") else ev.sources
         groups[name] = {
             "wrong": int(wrong.sum()), "labelled": int(lm.sum()),
             "wrong_with_base_in_training": sum(d.seqs[r] in seen for r in rows),
-            "wrong_with_source_in_training": sum(d.seqs[int(ev.sources[r])] in seen for r in rows),
+            "wrong_with_source_in_training": sum(d.seqs[int(src[r])] in seen for r in rows),
             "by_base_length": dict(sorted(Counter(int(d.lengths[r]) for r in rows).items())),
             "by_shape_base_source_length": dict(Counter(
-                f"{SHAPES[int(d.shape_ids[r])]} {int(d.lengths[r])} {int(d.lengths[ev.sources[r]])}" for r in rows
+                f"{SHAPES[int(d.shape_ids[r])]} {int(d.lengths[r])} {int(d.lengths[src[r]])}" for r in rows
             ).most_common(12)),
         }
     # how much of each length's input space the training set holds (distinct sequences / possible)

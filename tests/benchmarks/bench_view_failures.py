@@ -1,6 +1,7 @@
 """Where a multi-task bundle's views miss the criterion: for each view of a training checkpoint, the
-wrong labelled positions of every IIA and SIIA group of its check (the view's own validation pairs),
-counted by position, input length and (label, prediction). Prints one JSON object.
+wrong labelled positions of every IIA and SIIA group of its check (the view's own validation pairs,
+paired as the check pairs them: siit.metrics.Evaluator.agreement), counted by position and input
+length. Prints one JSON object.
 
     python tests/benchmarks/bench_view_failures.py CHECKPOINT --bundle mt-4x4 [--patch a0.h0,a0.h1 ...]
 
@@ -25,7 +26,6 @@ def run(checkpoint: Path, bundle_name: str, patch: list[str] | None = None) -> d
     import torch
 
     from planted.bundles import BUNDLES
-    from siit.losses import agree
 
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_multi_task import from_checkpoint
@@ -42,21 +42,14 @@ def run(checkpoint: Path, bundle_name: str, patch: list[str] | None = None) -> d
             nodes = group.split(",")
             if not own & set(nodes):
                 names, masks = names + [f"siia:{group}"], torch.cat([masks, low.mask(nodes)[None]])
-        preds = ev.run_groups(model, masks)
-        nodes = ev.correspondence.high_nodes
+        agreed = ev.agreement(model, names, masks)  # the check's own pairings (strict sources for SIIA)
         groups = {}
-        for i, name in enumerate(names):
-            target = ev.iit_targets[nodes.index(name[4:])] if name.startswith("iia:") else d.labels
-            wrong = ~agree(preds[i], target, ev.task_kind, ev.tolerance) & lm
-            if not wrong.any():
-                continue
-            at = wrong.nonzero().tolist()
-            groups[name] = {
-                "wrong": len(at), "labelled": int(lm.sum()),
-                "by_position_and_length": dict(Counter(f"position {p}, length {int(d.lengths[r])}"
-                                                       for r, p in at).most_common(8)),
-                "label_prediction": dict(Counter(f"{int(target[r, p])} -> {int(preds[i][r, p])}"
-                                                 for r, p in at).most_common(8))}
+        for name, ok in zip(names, agreed):
+            at = (~ok & lm).nonzero().tolist()
+            if at:
+                groups[name] = {"wrong": len(at), "labelled": int(lm.sum()),
+                                "by_position_and_length": dict(Counter(
+                                    f"position {p}, length {int(d.lengths[r])}" for r, p in at).most_common(8))}
         views[view.name] = groups
     return {"checkpoint": str(checkpoint), "step": step, "views": views}
 

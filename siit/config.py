@@ -174,6 +174,15 @@ class TrainConfig:
     """After training, rescale each head's Q/K and V/O pairs by opposite factors (the function
     and every node output unchanged) to balanced norms drawn from the range of the model's node
     weight norms, so weight size says nothing about circuit membership. None: with distractors."""
+    lean_activations: bool = False
+    """The wide-model step: the stacked run's groups read the one copy of the source activations
+    (strictness rows held in their sources' order) and the stacked run and the checks sum the heads'
+    outputs from z, patching only the (row, head)s they name (Transformer.forward's sum_heads),
+    instead of copying the source activations per group and making every head's output
+    [batch, pos, H, d_model]. The same losses and predictions to float rounding, at a fraction of a
+    wide model's cost (tests/benchmarks/bench_wide_step.py: 2 x 49 heads, step 2.6x, check 2.4x).
+    Off by default: float rounding moves a run's trajectory, and a seed must reproduce the weights
+    every entry so far was trained to, byte for byte."""
 
     def __post_init__(self) -> None:
         if self.scheme not in ("alg1", "apph"):
@@ -259,4 +268,6 @@ class TrainConfig:
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["betas"] = list(self.betas)
+        if not self.lean_activations:  # at its default, as runs before it recorded them (checkpoints resume)
+            del data["lean_activations"]
         return data

@@ -155,7 +155,12 @@ def offsets_for_norm(z: torch.Tensor, scale: torch.Tensor, norm: torch.Tensor, i
     for _ in range(iters):
         mid = (lo + hi) / 2
         above = (mid[:, None] + scaled).abs().mean(1) > norm
-        hi, lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
+        new_hi, new_lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
+        # a fixed point (float32 cannot split any interval further) repeats itself: stopping
+        # there returns what the remaining iterations would (about 25 of 40 run)
+        if torch.equal(new_hi, hi) and torch.equal(new_lo, lo):
+            break
+        hi, lo = new_hi, new_lo
     return (lo + hi) / 2
 
 
@@ -210,29 +215,50 @@ class DistractorTargets:
         """z_sample's per-row median and mean |z|: fixed, so computed once, not every step."""
         return _z_stats(self.z_sample)
 
+    @functools.cached_property
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """[D] variance_factor and [D] sqrt(offset_factor), on the targets' device: fixed."""
+        dev = self.shift.device
+        return (torch.tensor([d.variance_factor for d in self.distractors], device=dev),
+                torch.tensor([d.offset_factor for d in self.distractors], device=dev).sqrt())
+
     def wanted_norms(self, reference: torch.Tensor) -> torch.Tensor:
-        """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]."""
-        return torch.tensor([d.offset_factor for d in self.distractors], device=reference.device).sqrt() * reference[1]
+        """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]
+        (reference [..., 2] gives [..., D])."""
+        return self._factors[1] * reference[..., 1:2]
 
     def wanted_variances(self, reference: torch.Tensor) -> torch.Tensor:
-        """[D] output variance each node should have: variance_factor x reference[0]."""
-        return torch.tensor([d.variance_factor for d in self.distractors], device=reference.device) * reference[0]
+        """[D] output variance each node should have: variance_factor x reference[0]
+        (reference [..., 2] gives [..., D])."""
+        return self._factors[0] * reference[..., 0:1]
 
-    def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
-                 gain: torch.Tensor | None = None) -> torch.Tensor:
-        """[D, B, T] targets: per-position standardised raw targets with variance
-        variance_factor x reference[0], plus the constant offset that makes their mean absolute
-        value sqrt(offset_factor) x reference[1] on the training inputs; `gain` [D, 2] multiplies
-        the variance and the norm (calibration: what a node writes beside its target adds to both)."""
-        var, norm = self.wanted_variances(reference), self.wanted_norms(reference)
+    def standardised(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        """[D, B, T] the per-position standardised raw targets of these inputs. A function of each
+        row alone, so training computes it once for its training set and indexes it every step."""
+        raw = torch.stack([raw_targets(d, tokens, mask) for d in self.distractors])
+        T = tokens.shape[1]
+        return bos_quiet((raw - self.shift[:, None, :T]) / self.spread[:, None, :T], self.causal)
+
+    def scaled(self, z: torch.Tensor, references: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
+        """[K, D, B, T] targets from standardised ones z [D, B, T] (`standardised`), one per
+        reference of references [K, 2]: variance variance_factor x reference[0], plus the constant
+        offset that makes their mean absolute value sqrt(offset_factor) x reference[1] on the
+        training inputs; `gain` [D, 2] multiplies the variance and the norm (calibration: what a
+        node writes beside its target adds to both). The K offsets are solved together."""
+        var, norm = self.wanted_variances(references), self.wanted_norms(references)  # [K, D]
         if gain is not None:
             var, norm = var * gain[:, 0], norm * gain[:, 1]
         scale = var.sqrt()
-        off = offsets_for_norm(self.z_sample, scale, norm, z_stats=self.z_stats)
-        raw = torch.stack([raw_targets(d, tokens, mask) for d in self.distractors])
-        T = tokens.shape[1]
-        z = bos_quiet((raw - self.shift[:, None, :T]) / self.spread[:, None, :T], self.causal)
-        return z * scale[:, None, None] + off[:, None, None]
+        K = references.shape[0]
+        median, abs_mean = self.z_stats
+        off = offsets_for_norm(self.z_sample.repeat(K, 1), scale.flatten(), norm.flatten(),
+                               z_stats=(median.repeat(K), abs_mean.repeat(K))).reshape(K, -1)
+        return z * scale[:, :, None, None] + off[:, :, None, None]
+
+    def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
+                 gain: torch.Tensor | None = None) -> torch.Tensor:
+        """[D, B, T] targets of these inputs at one reference [2] (`scaled`)."""
+        return self.scaled(self.standardised(tokens, mask), reference[None], gain)[0]
 
 
 def node_outputs(acts: torch.Tensor, slots: torch.Tensor) -> torch.Tensor:
@@ -247,13 +273,13 @@ def mean_norms(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return (node_out.norm(dim=-1) * w).sum((1, 2)) / w.sum().clamp(min=1e-12)
 
 
-def readout(acts: torch.Tensor, slots: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
+def readout(node_out: torch.Tensor, directions: torch.Tensor) -> torch.Tensor:
     """[D, B, T] projections of each distractor node's output on its unit direction.
 
-    acts [L, B, T, S, d]; directions [D, d] (normalised here: the probe cannot add gain, so the
-    node's own output must carry the target's scale)."""
+    node_out [D, B, T, d] (node_outputs at the distractors' slots); directions [D, d] (normalised
+    here: the probe cannot add gain, so the node's own output must carry the target's scale)."""
     unit = directions / directions.norm(dim=-1, keepdim=True).clamp(min=1e-8)
-    return torch.einsum("dbtk,dk->dbt", node_outputs(acts, slots), unit)
+    return torch.einsum("dbtk,dk->dbt", node_out, unit)
 
 
 def distractor_loss(pred: torch.Tensor, target: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
@@ -274,10 +300,11 @@ def variances(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
     return (var[:, keep] * count[keep]).sum(1) / count[keep].sum()
 
 
-def loudness(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
-    """[2]: median over the given nodes of (output variance across inputs, per position and averaged
-    over input positions; mean output norm over input positions), as eval.core.node_heuristics measures them."""
-    node_out = node_outputs(acts, slots).detach()  # [C, B, T, d]
+def loudness(node_out: torch.Tensor, positions: torch.Tensor) -> torch.Tensor:
+    """[2]: median over the given nodes' outputs node_out [C, B, T, d] of (output variance across
+    inputs, per position and averaged over input positions; mean output norm over input positions),
+    as eval.core.node_heuristics measures them."""
+    node_out = node_out.detach()
     per_var = variances(node_out, positions)
     per_norm = mean_norms(node_out, positions)
     return torch.stack([per_var.quantile(0.5), per_norm.quantile(0.5)])
@@ -291,23 +318,24 @@ def r_squared(pred: torch.Tensor, target: torch.Tensor, positions: torch.Tensor)
     return 1.0 - ss_res / ss_tot
 
 
-def norm_match_loss(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor,
-                    wanted: torch.Tensor) -> torch.Tensor:
-    """Mean over the given nodes of (mean output norm / wanted - 1)², norms over `positions` [B, T].
+def norm_match_loss(node_out: torch.Tensor, positions: torch.Tensor, wanted: torch.Tensor) -> torch.Tensor:
+    """Mean over the given nodes' outputs node_out [N, B, T, d] of (mean output norm / wanted - 1)²,
+    norms over `positions` [B, T].
 
     The distractor fixes only the projection on the node's direction; what the node writes beside
     it adds norm, which this keeps from making the node louder than its factor says (measured on
     the same batch as the circuit's reference, so both see the same inputs)."""
-    if slots.numel() == 0:
-        return acts.new_zeros(())
-    norm = mean_norms(node_outputs(acts, slots), positions)
+    if node_out.shape[0] == 0:
+        return node_out.new_zeros(())
+    norm = mean_norms(node_out, positions)
     return ((norm / wanted.clamp(min=1e-6) - 1.0) ** 2).mean()
 
 
-def norm_ceiling_loss(acts: torch.Tensor, slots: torch.Tensor, positions: torch.Tensor, ceiling: float) -> torch.Tensor:
-    """Squared excess of each circuit node's rms output norm (over input positions) above `ceiling`."""
-    if slots.numel() == 0 or not math.isfinite(ceiling):
-        return acts.new_zeros(())
-    node_out = node_outputs(acts, slots)[:, positions]  # [C, P, d]
+def norm_ceiling_loss(node_out: torch.Tensor, positions: torch.Tensor, ceiling: float) -> torch.Tensor:
+    """Squared excess of each circuit node's rms output norm (over input positions) above `ceiling`;
+    node_out [C, B, T, d] the circuit nodes' outputs."""
+    if node_out.shape[0] == 0 or not math.isfinite(ceiling):
+        return node_out.new_zeros(())
+    node_out = node_out[:, positions]  # [C, P, d]
     rms = node_out.pow(2).sum(-1).mean(-1).sqrt()
     return torch.relu(rms - ceiling).pow(2).mean()

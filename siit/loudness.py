@@ -18,10 +18,12 @@ variance than their factors, which put its circuit's separation at 0.762):
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from torch import nn
 
-from siit.distractors import DistractorTargets, loudness, mean_norms, node_outputs, norm_match_loss, variances
+from siit.distractors import DistractorTargets, loudness, mean_norms, norm_match_loss, variances
 
 REFERENCE_VARIANCE_FLOOR = 0.25
 """Smallest reference variance of the distractors (the circuit starts near zero output)."""
@@ -79,16 +81,17 @@ class Loudness(nn.Module):
         self.gain.copy_((self.gain * ratio.pow(-rate)).clamp(*GAIN_RANGE))
 
     @torch.no_grad()
-    def update(self, acts: torch.Tensor, circuit_slots: torch.Tensor, targets: DistractorTargets,
+    def update(self, busy: torch.Tensor, circuit: torch.Tensor, targets: DistractorTargets,
                groups: Groups) -> None:
-        """One source run's acts [L, B, T, S, d]: each class's reference, then the gains from the
-        busy nodes' measured / wanted (variance, norm), averaged over the classes by weight."""
-        busy = node_outputs(acts, targets.slots).detach()
+        """One source run's busy and circuit nodes' outputs [D, B, T, d] and [C, B, T, d]
+        (siit.distractors.node_outputs): each class's reference, then the gains from the busy
+        nodes' measured / wanted (variance, norm), averaged over the classes by weight."""
+        busy = busy.detach()
         logs, shares = [], []
         for which, rows in groups:
             if not _measurable(rows):
                 continue
-            self.track(loudness(acts, circuit_slots, rows), which)
+            self.track(loudness(circuit, rows), which)
             ref = getattr(self, which)
             measured = torch.stack([variances(busy, rows), mean_norms(busy, rows)], dim=1)  # [D, 2]
             wanted = torch.stack([targets.wanted_variances(ref), targets.wanted_norms(ref)], dim=1)
@@ -97,19 +100,20 @@ class Loudness(nn.Module):
         if logs:
             self.calibrate(sum(v * w for v, w in zip(logs, shares)) / sum(shares))
 
-    def targets(self, targets: DistractorTargets, tokens: torch.Tensor, mask: torch.Tensor,
-                padded: torch.Tensor | None) -> torch.Tensor:
-        """[D, B, T] distractor targets, each row scaled to its shape class's reference."""
+    def targets(self, targets: DistractorTargets, z: torch.Tensor, padded: torch.Tensor | None) -> torch.Tensor:
+        """[D, B, T] distractor targets from the standardised ones z [D, B, T]
+        (DistractorTargets.standardised), each row scaled to its shape class's reference."""
         if padded is None:
-            return targets(tokens, mask, self.reference, self.gain)
-        both = [targets(tokens, mask, getattr(self, w), self.gain) for w in ("reference", "reference_unpadded")]
+            return targets.scaled(z, self.reference[None], self.gain)[0]
+        both = targets.scaled(z, torch.stack([self.reference, self.reference_unpadded]), self.gain)
         return torch.where(padded[None, :, None], both[0], both[1])
 
-    def norm_terms(self, acts: torch.Tensor, targets: DistractorTargets, groups: Groups,
+    def norm_terms(self, busy: Callable[[], torch.Tensor], targets: DistractorTargets, groups: Groups,
                    weight: torch.Tensor) -> list[torch.Tensor]:
-        """Busy nodes' mean output norms against their factors (norm_match_loss), one term per
-        class against its own reference, weighted by its share of `weight` [B, T] (all positions)."""
+        """Busy nodes' mean output norms against their factors (norm_match_loss), one term per class
+        against its own reference, weighted by its share of `weight` [B, T] (all positions);
+        busy() gives their outputs [D, B, T, d] (siit.train_step reads them once or per term)."""
         total = weight.sum().clamp(min=1e-6)
         return [(1.0 if len(groups) == 1 else rows.sum() / total)
-                * norm_match_loss(acts, targets.slots, rows, targets.wanted_norms(getattr(self, which)))
+                * norm_match_loss(busy(), rows, targets.wanted_norms(getattr(self, which)))
                 for which, rows in groups if (rows > 0).any()]

@@ -44,6 +44,9 @@ class Evaluator:
     """long [N]: the counterfactual of each base for the strictness checks (SIIA of nodes and of
     edges), drawn independently of its length, as eval's resample draws them and as strictness rows
     train; None: `sources`."""
+    sum_heads: bool = False
+    """Patched runs sum the heads from z (Transformer.forward's sum_heads; TrainConfig.lean_activations):
+    the same predictions to float rounding, at a fraction of a wide model's cost."""
 
     @property
     def strict_sources(self) -> torch.Tensor:
@@ -120,7 +123,7 @@ class Evaluator:
                 rows = masks[chunk].repeat_interleave(n, dim=0)
                 present = None if d.present is None else repeat_rows(d.present, g)
                 logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), Patch(mask=rows, values=source_acts),
-                               present=present, start=(layer, resid[layer]))[0]
+                               present=present, start=(layer, resid[layer]), sum_heads=self.sum_heads)[0]
                 out.append(predictions(logits, self.task_kind).reshape(g, n, -1))
         inverse = torch.empty_like(order)
         inverse[order] = torch.arange(order.shape[0], device=order.device)

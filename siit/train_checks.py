@@ -19,7 +19,7 @@ import torch
 
 from siit.config import TrainConfig
 from siit.data import SHAPES
-from siit.distractors import r_squared, readout
+from siit.distractors import node_outputs, r_squared, readout
 from siit.edges import EdgeLayout
 from siit.metrics import Evaluator, meets_criterion
 from siit.saturation import SATURATED, Saturation, saturated_fraction
@@ -145,8 +145,8 @@ def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges:
     if targets is not None:
         with torch.no_grad():
             padded = None if d.shape_ids is None else drawn_padded(s, d.shape_ids)
-            target = trainee.loudness.targets(targets, d.tokens, d.mask, padded)
-            pred = readout(acts, targets.slots, trainee.probes)
+            target = trainee.loudness.targets(targets, targets.standardised(d.tokens, d.mask), padded)
+            pred = readout(node_outputs(acts, targets.slots), trainee.probes)
             r2 = r_squared(pred, target, d.label_mask)
             for shape, part in metrics.get("by_shape", {}).items():
                 rows = d.shape_ids == SHAPES.index(shape)

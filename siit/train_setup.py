@@ -68,6 +68,9 @@ class Setup:
     """The task's id (case.id)."""
     logit_template: float | None = None
     """The task's logit template margin (siit.losses.template_loss replaces cross-entropy), or None."""
+    distractor_z: torch.Tensor | None = None
+    """[D, N, T] the distractors' standardised targets of every training sequence
+    (DistractorTargets.standardised), on the CPU with the training set: fixed, so steps index it."""
     saturation: Saturation | None = None
     """The heads the high-level model wants saturated and their keys on the training set
     (siit.saturation: trained by the attention-margin loss), or None."""
@@ -119,12 +122,16 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
     final = build(with_shapes(val_set, SHAPES, step_generator(config.seed, -3))).to(device)
     # periodic checks run on the padded copy; the other shapes are checked once it meets the criterion
     evaluator = build(with_shapes(val_set, ("padded",), step_generator(config.seed, -3))).to(device)
-    targets = None
+    if config.lean_activations:
+        final, evaluator = (dataclasses.replace(e, sum_heads=True) for e in (final, evaluator))
+    targets = distractor_z = None
     if config.distractors and corr.non_aligned:
         spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
                                 causal=causal, seed=per_case, spread=config.distractor_spread)
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
-                                        train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal).to(device)
+                                        train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
+        distractor_z = targets.standardised(train_set.tokens, train_set.mask)
+        targets = targets.to(device)
     non_circuit_edges = None
     if config.trains_edges:
         layout = EdgeLayout(low_config["n_layers"], low_config["n_heads"])
@@ -133,7 +140,7 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
     return Setup(high=high, low_config=low_config, corr=corr, train_set=train_set, evaluator=evaluator,
                  high_masks=selects, low_masks=corr.low_masks(), non_aligned=corr.low.mask(corr.non_aligned),
                  pairing=pairing, final_evaluator=final, vary_shapes=config.input_shapes and not causal,
-                 targets=targets, circuit_slots=circuit_slots, case_seed=per_case,
+                 targets=targets, distractor_z=distractor_z, circuit_slots=circuit_slots, case_seed=per_case,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
                  source_weight=source_length_weights(train_set.lengths, pairing),
                  non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),

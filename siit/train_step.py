@@ -11,6 +11,8 @@ unpadded, partly padded) under bidirectional attention.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from siit.config import TrainConfig
@@ -22,7 +24,7 @@ from siit.data import (
     random_shapes,
     step_generator,
 )
-from siit.distractors import distractor_loss, norm_ceiling_loss, readout
+from siit.distractors import distractor_loss, node_outputs, norm_ceiling_loss, readout
 from siit.edges import sample_edges
 from siit.losses import last_position_weights, output_loss, template_loss
 from siit.loudness import shape_groups
@@ -69,25 +71,22 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     tokens, mask, labels, lm = d.tokens[bases], d.mask[bases], d.labels[bases], d.label_mask[bases]
     (present, _), (src_present, src_padded) = _present(s, d.lengths[bases], gen), _present(s, d.lengths[sources], gen)
     B = bases.shape[0]
-    # IIT: each row intervenes on one high-level node (and its low-level image), lagging ones more
-    # often once training has stalled (siit.adaptation)
-    view = s.high.row_task_index(tokens) if s.views else None  # a multi-task bundle: each row's view
-    if view is not None:
-        w = _own_task_weights(s)[view] * (1.0 if emphasis is None else emphasis[None])  # [B, n_high]
-        choice = torch.multinomial(w, 1, generator=gen)[:, 0]
-    elif emphasis is None:
-        choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
-    else:
-        choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
-    iit_target = s.high.interchange(tokens, mask, d.high_acts[:, sources], s.high_masks[choice])
-    iit_mask = s.low_masks[choice]
+    view, iit_target, iit_mask = _iit_draws(s, tokens, mask, sources, gen, emphasis)
     non_aligned = s.non_aligned if view is None else torch.stack([v.non_aligned for v in s.views])[view]
     strict_mask = _strict_mask(non_aligned, B, config.strict_sampling, gen)
     strict_edges, shuffle = _strictness_draws(s, B, gen, edge_emphasis, view)
+    # strictness row i pairs base i with source shuffle[i]. Lean (TrainConfig.lean_activations): the
+    # stacked run holds those pairs in the sources' order (row k: source k, base order[k]), so every
+    # group reads the one copy of the source activations (a copy per group cost a third of a wide
+    # model's step); otherwise the strictness group gets its own shuffled copy
+    order = torch.argsort(shuffle) if config.lean_activations else None
     # drawn on the CPU (the same draws on every device), then moved where the model is
     dev = s.device
-    tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges = (
-        _to(x, dev) for x in (tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges))
+    tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges, order = (
+        _to(x, dev) for x in (tokens, mask, labels, lm, present, iit_target, iit_mask, strict_mask, strict_edges,
+                              order))
+    strict_mask = _pick(strict_mask, order)
+    rows = {"iit": None, "strict": order, "behavior": None}  # each part's base rows (None: as drawn)
     weights = {"iit": config.iit_weight, "strict": config.strict_weight, "behavior": config.behavior_weight}
     targets = {"iit": iit_target, "strict": labels, "behavior": labels}
     masks = {"iit": iit_mask, "strict": strict_mask, "behavior": torch.zeros_like(iit_mask)}
@@ -97,19 +96,21 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     position_weight = {"iit": position, "strict": position, "behavior": None}
     # realism losses count every real position, BOS included, as eval.realism does
     keys = None if s.saturation is None else s.saturation.keys[:, sources]  # [n_heads, B, T, T]
+    z = None if s.distractor_z is None else s.distractor_z[:, sources]  # [D, B, T]
     src = tuple(_to(x, dev) for x in (d.tokens[sources], d.mask[sources], src_present, src_padded,
-                                      d.mask[sources].bool(), s.source_weight[d.lengths[sources]], keys))
+                                      d.mask[sources].bool(), s.source_weight[d.lengths[sources]], keys, z))
     out: dict[str, float] = {}
     groups = [parts] if config.scheme == "apph" else [[p] for p in parts]  # alg1: one update per loss
     for group in groups:
         source_acts, aux = _source_run(trainee, s, config, *src, out)
-        k = len(group)
-        patch = _patch(trainee, config, group, masks, source_acts, strict_edges, shuffle, src[0], src[1])
-        rows_present = None if present is None else present.repeat(k, 1)
-        logits, _ = model(tokens.repeat(k, 1), mask.repeat(k, 1), patch, present=rows_present)
+        patch = _patch(trainee, config, group, masks, source_acts, strict_edges, shuffle, order, src[0], src[1])
+        stacked = [torch.cat([_pick(x, rows[p]) for p in group]) if x is not None else None
+                   for x in (tokens, mask, present)]
+        logits, _ = model(stacked[0], stacked[1], patch, present=stacked[2], sum_heads=config.lean_activations)
         total = aux
         for i, part in enumerate(group):
-            loss = _loss(s, logits[i * B : (i + 1) * B], targets[part], lm, task, position_weight[part]) * weights[part]
+            loss = _loss(s, logits[i * B : (i + 1) * B], _pick(targets[part], rows[part]), _pick(lm, rows[part]), task,
+                         _pick(position_weight[part], rows[part])) * weights[part]
             out[part] = float(loss.detach())
             total = total + loss
         optimizer.zero_grad()
@@ -117,6 +118,24 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         optimizer.step()
     out["total"] = sum(v for key, v in out.items() if key != "total")
     return out
+
+
+def _iit_draws(s: Setup, tokens: torch.Tensor, mask: torch.Tensor, sources: torch.Tensor, gen: torch.Generator,
+               emphasis: torch.Tensor | None) -> tuple[torch.Tensor | None, torch.Tensor, torch.Tensor]:
+    """(each row's view of a multi-task bundle or None, the IIT targets [B, T], the low-level masks
+    [B, L, S]): each row intervenes on one high-level node (and its low-level image), lagging ones
+    more often once training has stalled (siit.adaptation)."""
+    B = tokens.shape[0]
+    view = s.high.row_task_index(tokens) if s.views else None  # a multi-task bundle: each row's view
+    if view is not None:
+        w = _own_task_weights(s)[view] * (1.0 if emphasis is None else emphasis[None])  # [B, n_high]
+        choice = torch.multinomial(w, 1, generator=gen)[:, 0]
+    elif emphasis is None:
+        choice = torch.randint(0, s.high_masks.shape[0], (B,), generator=gen)
+    else:
+        choice = torch.multinomial(emphasis, B, replacement=True, generator=gen)
+    target = s.high.interchange(tokens, mask, s.train_set.high_acts[:, sources], s.high_masks[choice])
+    return view, target, s.low_masks[choice]
 
 
 def _loss(s: Setup, logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor, task: str,
@@ -147,22 +166,33 @@ def _strictness_draws(s: Setup, batch: int, gen: torch.Generator, emphasis: torc
     return sample_edges(s.non_circuit_edges, batch, "mixed", gen, emphasis), shuffle
 
 
+def _pick(x: torch.Tensor | None, rows: torch.Tensor | None) -> torch.Tensor | None:
+    return x if x is None or rows is None else x[rows]
+
+
 def _patch(trainee: Trainee, config: TrainConfig, group: list[str], masks: dict[str, torch.Tensor],
            source_acts: torch.Tensor, strict_edges: torch.Tensor | None, shuffle: torch.Tensor,
-           src_tokens: torch.Tensor, src_mask: torch.Tensor) -> Patch:
-    """The stacked base run's patch: each group's node masks, the strictness rows' sources shuffled
-    and, with edge-level strictness, their edges (Patch.edges, edge_rows, input_values)."""
+           order: torch.Tensor | None, src_tokens: torch.Tensor, src_mask: torch.Tensor) -> Patch:
+    """The stacked base run's patch: each group's node masks and, with edge-level strictness, the
+    strictness rows' edges (Patch.edges, edge_rows, input_values). With `order` (lean: the
+    strictness rows held in their sources' order, `order` their base rows) every group reads the
+    one copy of the source activations (Patch.values' row r mod b rule); without, each group has
+    its copy, the strictness rows' shuffled."""
     mask = torch.cat([masks[p] for p in group])
-    if "strict" not in group:
+    if order is not None:
+        values, pick = source_acts, None
+    elif "strict" in group:
+        values, pick = torch.cat([source_acts[:, shuffle] if p == "strict" else source_acts for p in group], dim=1), shuffle
+    else:
         return Patch(mask=mask, values=source_acts.repeat(1, len(group), 1, 1, 1))
-    values = torch.cat([source_acts[:, shuffle] if p == "strict" else source_acts for p in group], dim=1)
-    if strict_edges is None:
+    if "strict" not in group or strict_edges is None:
         return Patch(mask=mask, values=values)
     batch = source_acts.shape[1]
     first = group.index("strict") * batch
     with torch.set_grad_enabled(config.source_gradient):
-        embed = trainee.model.input_embedding(src_tokens[shuffle], src_mask[shuffle])
-    return Patch(mask=mask, values=values, edges=strict_edges, edge_rows=(first, first + batch), input_values=embed)
+        embed = trainee.model.input_embedding(_pick(src_tokens, pick), _pick(src_mask, pick))
+    return Patch(mask=mask, values=values, edges=_pick(strict_edges, order), edge_rows=(first, first + batch),
+                 input_values=embed)
 
 
 def _to(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
@@ -171,12 +201,13 @@ def _to(x: torch.Tensor | None, device: torch.device) -> torch.Tensor | None:
 
 def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.Tensor, mask: torch.Tensor,
                 present: torch.Tensor | None, padded: torch.Tensor | None, positions: torch.Tensor,
-                row_weight: torch.Tensor, keys: torch.Tensor | None,
+                row_weight: torch.Tensor, keys: torch.Tensor | None, z: torch.Tensor | None,
                 out: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
     """Node activations of the source run [L, B, T, S, d] (the patch values) and the losses on
     them: realism (distractors of out-of-circuit nodes, norm ceiling of circuit nodes) and, where
     the high-level model has saturated heads, their attention margin (siit.saturation; `keys`
-    bool [n_heads, B, T, T] their keys on these rows).
+    bool [n_heads, B, T, T] their keys on these rows; `z` [D, B, T] the distractors' standardised
+    targets of these rows, Setup.distractor_z).
 
     With `source_gradient` the IIT/SIIT loss is differentiated through the source run too (the
     full gradient of LOSS(INTINV(M, b, s, V))): strictness can then make a non-aligned node itself
@@ -188,12 +219,13 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
     if s.targets is not None:
         weight = positions * row_weight[:, None]  # [B, T] sources weighted as the training inputs
         groups = shape_groups(weight, padded)
-        trainee.loudness.update(acts, s.circuit_slots, s.targets, groups)
-        target = trainee.loudness.targets(s.targets, tokens, mask, padded)
-        d_loss = distractor_loss(readout(acts, s.targets.slots, trainee.probes), target, positions)
-        for term in trainee.loudness.norm_terms(acts, s.targets, groups, weight):
+        busy, circuit = (_reads(acts, slots, config.lean_activations) for slots in (s.targets.slots, s.circuit_slots))
+        trainee.loudness.update(busy(), circuit(), s.targets, groups)
+        target = trainee.loudness.targets(s.targets, z, padded)
+        d_loss = distractor_loss(readout(busy(), trainee.probes), target, positions)
+        for term in trainee.loudness.norm_terms(busy, s.targets, groups, weight):
             d_loss = d_loss + term
-        c_loss = norm_ceiling_loss(acts, s.circuit_slots, positions, config.circuit_norm_ceiling)
+        c_loss = norm_ceiling_loss(circuit(), positions, config.circuit_norm_ceiling)
         out["distractor"], out["norm_ceiling"] = float(d_loss.detach()), float(c_loss.detach())
         aux = config.distractor_weight * d_loss + c_loss
     if keys is not None:
@@ -202,6 +234,16 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         out["saturation"] = float(sat.detach())
         aux = aux + sat
     return (acts if config.source_gradient else acts.detach()), aux
+
+
+def _reads(acts: torch.Tensor, slots: torch.Tensor, once: bool) -> Callable[[], torch.Tensor]:
+    """The nodes' outputs node_outputs(acts, slots) for each loss that reads them: one shared read
+    (lean: every read of acts builds a zero gradient of acts' whole size in the backward) or a
+    read per loss (how every entry so far was trained: its gradients sum in that order)."""
+    if once:
+        shared = node_outputs(acts, slots)
+        return lambda: shared
+    return lambda: node_outputs(acts, slots)
 
 
 def _own_task_weights(s: Setup) -> torch.Tensor:

@@ -129,6 +129,7 @@ class Transformer(nn.Module):
         return_acts: bool = False,
         present: torch.Tensor | None = None,
         start: tuple[int, torch.Tensor] | None = None,
+        sum_heads: bool = False,
     ) -> tuple[torch.Tensor, torch.Tensor | None]:
         """logits [batch, pos, d_vocab_out] and, if asked, node activations
         [n_layers, batch, pos, n_heads + 1, d_model] (after patching).
@@ -139,17 +140,12 @@ class Transformer(nn.Module):
         present: bool [batch, pos], the positions that exist in each row (default: all). A row
         whose last positions are absent computes exactly what the model computes on that row cut
         short (fewer PAD tokens, or none: the unpadded input), so one padded batch can hold inputs
-        of every padded and unpadded shape. Outputs at absent positions are meaningless."""
+        of every padded and unpadded shape. Outputs at absent positions are meaningless.
+
+        sum_heads: sum the heads from z without making each head's output (`_written`; with neither
+        return_acts nor edges): the same logits to float rounding, never for a high-level model."""
         real = attention_mask.bool()
-        if start is None:
-            first, x = 0, self._embed(tokens, real)
-        else:
-            if return_acts:
-                raise ValueError("a run that starts at a later block has no activations for the earlier ones")
-            first, x = start
-            if patch is not None and bool(patch.mask[:, :first].any()):
-                raise ValueError(f"a run that starts at block {first} cannot patch an earlier block")
-            x = repeat_rows_to(x, tokens.shape[0])
+        first, x = self._entering(tokens, real, patch, return_acts, start)
         allowed = self._allowed(real, present)
         # one view per layer, taken once: indexing the stacked values in every block made the
         # backward build a zero tensor of all layers' size per read (O(n_layers²) fills and adds;
@@ -158,13 +154,17 @@ class Transformer(nn.Module):
         H = self.n_heads
         edges = None if patch is None or patch.edges is None else EdgePatch(patch, x, first, self.n_layers, H)
         acts = []
+        summed = sum_heads and not return_acts and edges is None
         for layer in range(first, self.n_layers):
             block = self.blocks[layer]
-            result = self._heads(block.attn, x, allowed, None if edges is None else edges.head_deltas(layer))
-            if patch is not None:
-                m = patch.mask[:, layer, :H]
-                result = _replace_rows(m[:, None, :, None], values[layer][:, :, :H], result)
-            x = x + result.sum(dim=2) + block.attn.b_O
+            if summed:
+                x = x + self._written(block.attn, x, allowed, patch, values, layer) + block.attn.b_O
+            else:
+                result = self._heads(block.attn, x, allowed, None if edges is None else edges.head_deltas(layer))
+                if patch is not None:
+                    m = patch.mask[:, layer, :H]
+                    result = _replace_rows(m[:, None, :, None], values[layer][:, :, :H], result)
+                x = x + result.sum(dim=2) + block.attn.b_O
             if edges is not None:
                 edges.wrote(values[layer][:, :, :H], result)
             mlp_out = self._mlp(block.mlp, x if edges is None else edges.mlp_input(x, layer))  # [B, T, d]
@@ -180,6 +180,18 @@ class Transformer(nn.Module):
             x = edges.logits_input(x)
         logits = x @ self.unembed.W_U + self.unembed.b_U
         return logits, (torch.stack(acts) if return_acts else None)
+
+    def _entering(self, tokens: torch.Tensor, real: torch.Tensor, patch: Patch | None, return_acts: bool,
+                  start: tuple[int, torch.Tensor] | None) -> tuple[int, torch.Tensor]:
+        """forward's first block and the residual stream [batch, pos, d_model] entering it."""
+        if start is None:
+            return 0, self._embed(tokens, real)
+        if return_acts:
+            raise ValueError("a run that starts at a later block has no activations for the earlier ones")
+        first, x = start
+        if patch is not None and bool(patch.mask[:, :first].any()):
+            raise ValueError(f"a run that starts at block {first} cannot patch an earlier block")
+        return first, repeat_rows_to(x, tokens.shape[0])
 
     def residuals(self, tokens: torch.Tensor, attention_mask: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
         """[n_layers + 1, batch, pos, d_model]: the residual stream entering each block (and leaving
@@ -303,11 +315,34 @@ class Transformer(nn.Module):
         allowed = (tri[None] & real[:, None, :])[:, None]
         return allowed if keys is None else allowed & keys
 
+    def _written(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None, patch: Patch | None,
+                 values: Sequence[torch.Tensor] | None, layer: int) -> torch.Tensor:
+        """[batch, pos, d_model]: the sum of the heads' outputs, each row's patched heads reading their
+        `values` (Patch), without the per-head outputs [batch, pos, H, d_model] (H times the residual
+        stream: what costs a wide model's steps and checks): sum_h z_h W_O[h] over the heads a row
+        keeps, plus the values of the (row, head)s it patches. Equal to summing _heads' output after
+        patching, to float rounding (tested), gradients included. A compiled (Tracr) high-level model
+        never takes it: its interchange labels at near-ties follow its arithmetic (case 26: 10 of 421
+        IIT labels of a batch moved)."""
+        z = self._z(attn, x, allowed)  # [B, H, T, k]
+        m = None if patch is None else patch.mask[:, layer, : self.n_heads]  # [B, H]
+        if m is None or not bool(m.any()):
+            return torch.einsum("bhtk,hkd->btd", z, attn.W_O)
+        written = torch.einsum("bhtk,hkd->btd", z * ~m[:, :, None, None], attn.W_O)
+        rows, heads = m.nonzero(as_tuple=True)
+        src = values[layer]  # [b, T, S, d]: row r of the batch reads row r mod b
+        return written.index_add(0, rows, src[rows % src.shape[0], :, heads])
+
     def _heads(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None,
                deltas: tuple[tuple[int, int], torch.Tensor] | None = None) -> torch.Tensor:
         """Per-head attention output (TL's hook_result) [batch, pos, H, d_model]. deltas: ((a, b),
         [b - a, pos, 3H, d_model]): rows a..b-1 of head h's q, k and v read x plus their own
         difference (edge patching; the projections are linear, so only the differences are projected)."""
+        return torch.einsum("bhtk,hkd->bthd", self._z(attn, x, allowed, deltas), attn.W_O)
+
+    def _z(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None,
+           deltas: tuple[tuple[int, int], torch.Tensor] | None = None) -> torch.Tensor:
+        """The heads' z [batch, H, pos, d_head] (see _heads)."""
         q = torch.einsum("btd,hdk->bhtk", x, attn.W_Q) + attn.b_Q[:, None]
         k = torch.einsum("btd,hdk->bhtk", x, attn.W_K) + attn.b_K[:, None]
         v = torch.einsum("btd,hdk->bhtk", x, attn.W_V) + attn.b_V[:, None]
@@ -315,8 +350,7 @@ class Transformer(nn.Module):
             (a, b), delta = deltas
             q, k, v = (add_rows(t, a, b, torch.einsum("bthd,hdk->bhtk", dt, W))
                        for t, dt, W in zip((q, k, v), delta.chunk(3, dim=2), (attn.W_Q, attn.W_K, attn.W_V)))
-        z = self._attend(q, k, v, allowed)  # [B, H, T, k]
-        return torch.einsum("bhtk,hkd->bthd", z, attn.W_O)
+        return self._attend(q, k, v, allowed)  # [B, H, T, k]
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         """z [batch, H, pos, d_head] from q, k, v [batch, H, pos, d_head]."""

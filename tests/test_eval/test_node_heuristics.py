@@ -15,8 +15,8 @@ from hypothesis import strategies as st
 from eval.core.node_heuristics import NodeStats, activation_stats, heuristic_aurocs, node_weights, variance_floor_ratio
 from eval.core.tlens import hooked_config
 from siit.correspondence import NodeLayout
-from siit.distractors import (Distractor, DistractorTargets, loudness, make_distractors, offsets_for_norm,
-                              r_squared, raw_targets, readout, stratified)
+from siit.distractors import (Distractor, DistractorTargets, loudness, make_distractors, node_outputs,
+                              offsets_for_norm, r_squared, raw_targets, readout, stratified)
 from siit.reparametrize import rescale_heads
 from siit.initialise import init_weights
 from siit.transformer import Transformer
@@ -102,9 +102,9 @@ def test_targets_scale_with_the_reference_and_readout_r2() -> None:
     direction[:, 1] = 3.0  # normalised inside readout
     acts = torch.zeros(1, 400, 6, 2, 4)
     acts[0, :, :, 0, 1], acts[0, :, :, 1, 1] = y[0], y[1]
-    pred = readout(acts, targets.slots, direction)
+    pred = readout(node_outputs(acts, targets.slots), direction)
     assert torch.allclose(r_squared(pred, y, positions), torch.ones(2))
-    ref = loudness(acts, torch.tensor([[0, 0], [0, 1]]), positions)
+    ref = loudness(node_outputs(acts, torch.tensor([[0, 0], [0, 1]])), positions)
     assert ref[0].item() == pytest.approx(float(np.median([y[0][:, 1:].var(0).mean(), y[1][:, 1:].var(0).mean()])), rel=0.02)
     assert ref[1].item() == pytest.approx(float(np.median([y[0][:, 1:].abs().mean(), y[1][:, 1:].abs().mean()])), rel=0.02)
 
@@ -120,6 +120,37 @@ def test_offsets_for_norm_reach_the_norm_or_the_quietest_offset(scale, norm, see
         assert g(o) == pytest.approx(norm, abs=1e-3)
     else:  # below the minimum: the offset that minimises the mean norm
         assert g(o) == pytest.approx(quietest, abs=1e-3)
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.integers(1, 6), st.integers(0, 2**31))
+def test_offsets_stop_at_the_fixed_point_with_the_bits_of_all_iterations(rows, seed) -> None:
+    gen = torch.Generator().manual_seed(seed)
+    z = torch.randn(rows, 500, generator=gen) ** 3  # heavy-tailed
+    scale, norm = torch.rand(rows, generator=gen) * 3 + 0.05, torch.rand(rows, generator=gen) * 5
+    median, abs_mean = z.median(dim=1).values, z.abs().mean(1)
+    lo = -scale * median
+    hi = lo + lo.abs() + norm + scale * abs_mean + 1e-6
+    for _ in range(40):  # the plain bisection, every iteration
+        mid = (lo + hi) / 2
+        above = (mid[:, None] + scale[:, None] * z).abs().mean(1) > norm
+        hi, lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
+    assert torch.equal(offsets_for_norm(z, scale, norm), (lo + hi) / 2)
+
+
+def test_standardised_targets_of_a_row_do_not_depend_on_its_batch() -> None:
+    # training indexes a table computed once over its training set (Setup.distractor_z)
+    gen = torch.Generator().manual_seed(3)
+    tokens = torch.randint(0, 7, (64, 6), generator=gen)
+    lengths = torch.randint(2, 7, (64,), generator=gen)
+    mask = (torch.arange(6)[None] < lengths[:, None]).long()
+    spec = make_distractors(["a0.h0", "a0.h1", "m0"], d_vocab=7, n_ctx=6, causal=True, seed=1, spread=2.0)
+    targets = DistractorTargets.fit(spec, [(0, 0), (0, 1), (0, 2)], tokens, mask, mask.bool(), causal=True)
+    rows = torch.randint(0, 64, (20,), generator=gen)
+    table = targets.standardised(tokens, mask)
+    assert torch.equal(table[:, rows], targets.standardised(tokens[rows], mask[rows]))
+    ref = torch.tensor([0.7, 1.3])
+    assert torch.equal(targets.scaled(table[:, rows], ref[None])[0], targets(tokens[rows], mask[rows], ref))
 
 
 @pytest.mark.parametrize("causal", [True, False])

@@ -75,7 +75,7 @@ def test_each_shape_class_is_scaled_to_its_own_reference() -> None:
     loud.reference_unpadded.copy_(torch.tensor([4.0, 3.0]))
     loud.gain.copy_(torch.tensor([[0.5, 0.8], [1.0, 1.0]]))
     padded = torch.arange(300) % 2 == 0
-    y = loud.targets(targets, tokens, mask, padded)
+    y = loud.targets(targets, targets.standardised(tokens, mask), padded)
     assert torch.equal(y[:, padded], targets(tokens, mask, loud.reference, loud.gain)[:, padded])
     assert torch.equal(y[:, ~padded], targets(tokens, mask, loud.reference_unpadded, loud.gain)[:, ~padded])
     # the gain scales the variance and the norm the target is built for

@@ -164,3 +164,42 @@ def test_start_at_a_block_and_shared_patch_values_equal_the_full_patched_run(cau
             model(tokens, tmask, Patch(mask=mask, values=source_acts), start=(2, resid[2]))
         with pytest.raises(ValueError):
             model(tokens[:-1], tmask[:-1], start=(1, resid[1]))
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_summed_heads_equal_the_patched_per_head_outputs(causal: bool) -> None:
+    """sum_heads (the heads' sum from z, only the patched (row, head)s replaced: what training's
+    stacked run and the checks take) gives the default pass's logits and gradients to float
+    rounding, for values shared by stacked groups, partial input shapes and a later start block."""
+    cfg, model = _random_model(causal, "gelu", seed=11)
+    base, base_mask = _padded_batch(seed=12)
+    source, source_mask = _padded_batch(seed=13)
+    n, g = base.shape[0], 3
+    gen = torch.Generator().manual_seed(14)
+    _, source_acts = model(source, source_mask, return_acts=True)
+    mask = torch.rand(g * n, 2, 4, generator=gen) < 0.4
+    mask[:n] = False  # a group that patches nothing
+    present = torch.ones(g * n, base.shape[1], dtype=torch.bool)
+    present[1::3, 4:] = False  # rows cut short (the unpadded shapes)
+    tokens, tmask = base.repeat(g, 1), base_mask.repeat(g, 1)
+    runs = []
+    for summed in (False, True):
+        model.zero_grad()
+        logits, _ = model(tokens, tmask, Patch(mask=mask, values=source_acts), present=present, sum_heads=summed)
+        (logits * torch.linspace(-1, 1, logits.numel()).reshape(logits.shape)).sum().backward(retain_graph=True)
+        runs.append((logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (plain, plain_grad), (summed_logits, summed_grad) = runs
+    assert torch.allclose(summed_logits, plain, atol=1e-5)
+    for name, grad in plain_grad.items():
+        # float rounding of sums over every row, relative to the gradient (b_K: zero, up to rounding)
+        assert (summed_grad[name] - grad).abs().max() <= 1e-5 * max(float(grad.abs().max()), 1.0), name
+    with torch.no_grad():
+        _, base_acts = model(base, base_mask, return_acts=True)
+        resid = model.residuals(base, base_mask, base_acts)
+        late = mask.clone()
+        late[:, 0] = False
+        start = model(tokens, tmask, Patch(mask=late, values=source_acts), start=(1, resid[1]), sum_heads=True)[0]
+        assert torch.allclose(start, model(tokens, tmask, Patch(mask=late, values=source_acts))[0], atol=1e-5)
+        # without a patch, and when asked for activations (which need every head's output), the same
+        assert torch.allclose(model(base, base_mask, sum_heads=True)[0], model(base, base_mask)[0], atol=1e-5)
+        assert torch.equal(model(base, base_mask, return_acts=True, sum_heads=True)[1], base_acts)

@@ -1,0 +1,53 @@
+"""TrainConfig.lean_activations (the wide-model step: one copy of the source activations for every
+group, heads summed from z, each node's output read once) trains what the default step trains: the
+same losses and gradients from the same weights, to float rounding, with node- and edge-level
+strictness; and it stays off unless asked, so a seed reproduces the weights entries were trained to."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from siit import train_step
+from siit.config import TrainConfig
+from siit.export import config_from_training_json
+from siit.trainer import _start, prepare, train
+
+SMALL = dict(n_train=256, n_val=64, batch_size=32)
+
+
+def _first_step(cc, config: TrainConfig) -> tuple[dict[str, float], dict[str, torch.Tensor]]:
+    s = prepare(cc, config)
+    run = _start(s, config, None, False)
+    losses = train_step.run_step(run.trainee, run.optimizer, s, config, cc.case.task_kind, 0)
+    return losses, {k: p.grad.clone() for k, p in run.trainee.named_parameters() if p.grad is not None}
+
+
+@pytest.mark.parametrize("case_id,edges", [("3", True), ("33", False)])
+def test_lean_step_has_the_default_steps_losses_and_gradients(compiled, case_id: str, edges: bool) -> None:
+    cc = compiled(case_id)
+    plain_losses, plain_grads = _first_step(cc, TrainConfig(**SMALL, strict_edges=edges))
+    lean_losses, lean_grads = _first_step(cc, TrainConfig(**SMALL, strict_edges=edges, lean_activations=True))
+    assert plain_losses.keys() == lean_losses.keys() and {"iit", "strict", "behavior", "distractor"} <= set(plain_losses)
+    for key, value in plain_losses.items():
+        assert lean_losses[key] == pytest.approx(value, rel=1e-5, abs=1e-6), key
+    assert plain_grads.keys() == lean_grads.keys()
+    for name, grad in plain_grads.items():  # sums over the batch in another order: relative to the gradient
+        assert (lean_grads[name] - grad).abs().max() <= 1e-4 * max(float(grad.abs().max()), 1.0), name
+
+
+def test_lean_is_off_by_default_and_recorded_only_when_on() -> None:
+    assert TrainConfig().lean_activations is False
+    assert "lean_activations" not in TrainConfig().to_json()  # as every run before it recorded its config
+    on = TrainConfig(lean_activations=True)
+    assert on.to_json()["lean_activations"] is True
+    assert config_from_training_json({"config": on.to_json(), "arch": {"overrides": {}}})[0] == on
+    assert config_from_training_json({"config": TrainConfig().to_json(), "arch": {"overrides": {}}})[0] == TrainConfig()
+
+
+def test_case_33_reaches_criterion_lean(compiled) -> None:
+    result = train(compiled("33"), TrainConfig(lean_activations=True))
+    assert result.met_criterion, result.metrics
+    m = result.metrics
+    assert m["accuracy"] == 1.0 and m["iia_min"] == 1.0 and m["siia_min"] == 1.0 and m["siia_all"] == 1.0
+    assert result.evaluator.sum_heads  # the checks and the validation took the summed heads too

@@ -180,7 +180,7 @@ class TrainConfig:
     outputs from z, patching only the (row, head)s they name (Transformer.forward's sum_heads),
     instead of copying the source activations per group and making every head's output
     [batch, pos, H, d_model]. The same losses and predictions to float rounding, at a fraction of a
-    wide model's cost (tests/benchmarks/bench_wide_step.py: 2 x 49 heads, step 2.6x, check 2.4x).
+    wide model's cost (tests/benchmarks/bench_wide_step.py: 2 x 49 heads, step 2.4x, check 2.5x).
     Off by default: float rounding moves a run's trajectory, and a seed must reproduce the weights
     every entry so far was trained to, byte for byte."""
 

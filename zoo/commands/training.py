@@ -69,7 +69,7 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
     p.add_argument("--lean-activations", action="store_true",
                    help="the wide-model step: groups share one copy of the source activations and heads are summed "
-                   "from their z, never made one by one (the same losses to float rounding; 2.6x faster steps at "
+                   "from their z, never made one by one (the same losses to float rounding; 2.4x faster steps at "
                    "2 layers x 49 heads, about as fast on small models). Off by default so that a seed reproduces the "
                    "weights entries were trained to")
     _add_output(p)

@@ -83,6 +83,10 @@ def selection_rows(n_nodes: int) -> torch.Tensor:
     return torch.eye(n_nodes, dtype=torch.bool)
 
 
+TIE_MARGIN = 1e-4
+"""Relative margin below which a compiled model's top two logits count as tied (TracrHighLevel.interchange_ties)."""
+
+
 class TracrHighLevel:
     """The compiled model as a HighLevelModel: node i is the head / MLP slots of node_masks[i]."""
 
@@ -115,6 +119,18 @@ class TracrHighLevel:
         with torch.no_grad():
             logits = patch_run(self.model, tokens, mask, source_values, self.layer_mask(select))
         return targets_from_logits(logits, self._task_kind)
+
+    def interchange_ties(self, tokens: torch.Tensor, mask: torch.Tensor, source_values: torch.Tensor,
+                         select: torch.Tensor) -> torch.Tensor:
+        """bool [N, T]: positions where `interchange`'s label is a tie of the compiled model (its top
+        two logits within TIE_MARGIN of the largest logit, at least TIE_MARGIN): the label is then
+        argmax's tie-break or float noise, not the program's output (siit.validation reports them)."""
+        with torch.no_grad():
+            logits = patch_run(self.model, tokens, mask, source_values, self.layer_mask(select))
+        if self._task_kind != "classification":
+            return torch.zeros(logits.shape[:2], dtype=torch.bool, device=logits.device)
+        top = logits.topk(2, dim=-1).values
+        return (top[..., 0] - top[..., 1]) < TIE_MARGIN * logits.abs().amax(-1).clamp(min=1.0)
 
 
 class TracrTask:

@@ -28,6 +28,7 @@ import torch
 
 from eval.core.device import device_of, device_record
 from siit.edge_bounds import edge_bounds
+from siit.high_level import as_task
 from siit.effect_bounds import effect_bounds
 from siit.interventions import ablation_values, node_activations
 from siit.logit_shifts import logit_shifts
@@ -38,6 +39,20 @@ from siit.saturation import Saturation, saturation_report
 from siit.transformer import Transformer
 
 ABLATIONS = ("resample", "mean", "zero")
+
+
+def _label_ties(evaluator: Evaluator, high: Any) -> dict[str, Any]:
+    """Per high-level node, how many of the validation's IIT labels (the evaluator's pairs) are ties of
+    the compiled model (TracrHighLevel.interchange_ties): labels that argmax's tie-break or float noise
+    decides, not the program (case 26: a node read off a position its source does not have)."""
+    d, corr = evaluator.data.to(torch.device("cpu")), evaluator.correspondence  # where the high-level model lives
+    sources, per_node = evaluator.sources.cpu(), {}
+    for name, select in zip(corr.interventions, corr.selects()):
+        tie = high.interchange_ties(d.tokens, d.mask, d.high_acts[:, sources], select) & d.label_mask
+        per_node[name] = {"ties": int(tie.sum()), "labels": int(d.label_mask.sum())}
+    return {"per_node": per_node, "any": any(v["ties"] for v in per_node.values()),
+            "definition": "labelled positions whose IIT label is a tie of the compiled model's top two logits "
+                          "(within 1e-4 of the largest logit): argmax's tie-break or float noise decides it"}
 
 
 def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *,
@@ -64,6 +79,9 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *
                                       "edge_bounds": edge_bounds(model, evaluator, task)}
     if corr.joint:  # a redundant circuit: how far one copy moves the logits beside the copies together
         bounds["logit_shifts"] = logit_shifts(model, evaluator, acts)
+    compiled_high = None if task is None else as_task(task).high_level()
+    if hasattr(compiled_high, "interchange_ties"):  # a compiled high-level model: are its IIT labels its program's?
+        bounds["iit_label_ties"] = _label_ties(evaluator, compiled_high)
     high = task.high_level() if hasattr(task, "high_level") else None
     saturation = None if high is None else Saturation.build(high, corr, data.tokens, data.mask)
     if saturation is not None:  # a family's saturated heads (siit.saturation): how sharp they are

@@ -94,7 +94,19 @@ def _validation_text(validation: dict[str, Any] | None) -> str:
     if sentence := edge_bound_sentence(validation.get("edge_bounds")):
         lines += ["", f"Edge-level bound on a fresh sample: {sentence}."]
     lines += [f"\nTrained {saturation_line(r)} (siit.saturation)." for r in validation.get("saturation") or ()]
+    lines += _tie_lines(validation.get("iit_label_ties"))
     return "\n".join(lines)
+
+
+def _tie_lines(ties: Any) -> list[str]:
+    """A warning where some IIT labels are ties of the compiled model (siit.validation)."""
+    if not isinstance(ties, dict) or not ties.get("any"):
+        return []
+    parts = ", ".join(f"{node}: {v['ties']} of {v['labels']}" for node, v in ties.get("per_node", {}).items()
+                      if v.get("ties"))
+    return ["", f"Some IIT labels are ties of the compiled model's top two logits ({parts} labelled positions): "
+                "argmax's tie-break or float noise decides them, not the program, and IIA is judged on them too "
+                "(validation.json `iit_label_ties`; docs/training.md)."]
 
 
 def _largest_effect_lines(table: Any, key: str, what: str) -> list[str]:

@@ -1,7 +1,8 @@
 """How many interchange labels of a compiled (Tracr) high-level model are ties: per case and high-level
 node, the share of labelled positions where, with that node taken from a source paired as training
 pairs them (the case's resolved TrainConfig.pairing), the compiled model's top two logits are equal to
-float rounding (margin below 1e-4 of the largest logit, at least 1e-4). One JSON object.
+float rounding (siit.high_level.TracrHighLevel.interchange_ties, the rule of validation.json's
+`iit_label_ties`, on the training pairs rather than the validation's). One JSON object.
 
 A tie's argmax is whatever float rounding leaves first: such an IIT label is not the program's output
 but an artefact of the compiled weights on a state the program never makes (a node's value read off a
@@ -26,7 +27,6 @@ def case_ties(case_id: str, n: int, seed: int, root: str) -> dict:
 
     from siit.config import TrainConfig
     from siit.data import pair_sources, step_generator
-    from siit.interventions import interchange
     from siit.trainer import prepare
     from zoo.high_level_source import resolve_case
     from zoo.train_entry import compiled_task
@@ -40,12 +40,8 @@ def case_ties(case_id: str, n: int, seed: int, root: str) -> dict:
     position = torch.arange(d.tokens.shape[1])[None]
     missing = position >= d.mask[sources].sum(1, keepdim=True)  # [N, T] positions the source lacks
     nodes = {}
-    for i, name in enumerate(s.corr.interventions):
-        with torch.no_grad():
-            logits = interchange(high.model, d.tokens, d.mask, d.high_acts[:, sources], high.layer_mask(s.high_masks[i]))
-        top = logits.topk(2, dim=-1).values
-        scale = logits.abs().amax(-1).clamp(min=1.0)
-        tie = ((top[..., 0] - top[..., 1]) < 1e-4 * scale) & d.label_mask
+    for i, name in enumerate(s.corr.interventions):  # the rule validation.json's iit_label_ties reports
+        tie = high.interchange_ties(d.tokens, d.mask, d.high_acts[:, sources], s.high_masks[i]) & d.label_mask
         nodes[name] = {"labels": int(d.label_mask.sum()), "ties": int(tie.sum()),
                        "share": round(float(tie.sum()) / max(int(d.label_mask.sum()), 1), 4),
                        "at_missing_source": int((tie & missing).sum())}

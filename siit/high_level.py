@@ -116,17 +116,19 @@ class TracrHighLevel:
 
     def interchange(self, tokens: torch.Tensor, mask: torch.Tensor, source_values: torch.Tensor,
                     select: torch.Tensor) -> torch.Tensor:
+        return targets_from_logits(self._interchange_logits(tokens, mask, source_values, select), self._task_kind)
+
+    def _interchange_logits(self, tokens: torch.Tensor, mask: torch.Tensor, source_values: torch.Tensor,
+                            select: torch.Tensor) -> torch.Tensor:
         with torch.no_grad():
-            logits = patch_run(self.model, tokens, mask, source_values, self.layer_mask(select))
-        return targets_from_logits(logits, self._task_kind)
+            return patch_run(self.model, tokens, mask, source_values, self.layer_mask(select))
 
     def interchange_ties(self, tokens: torch.Tensor, mask: torch.Tensor, source_values: torch.Tensor,
                          select: torch.Tensor) -> torch.Tensor:
         """bool [N, T]: positions where `interchange`'s label is a tie of the compiled model (its top
         two logits within TIE_MARGIN of the largest logit, at least TIE_MARGIN): the label is then
         argmax's tie-break or float noise, not the program's output (siit.validation reports them)."""
-        with torch.no_grad():
-            logits = patch_run(self.model, tokens, mask, source_values, self.layer_mask(select))
+        logits = self._interchange_logits(tokens, mask, source_values, select)
         if self._task_kind != "classification":
             return torch.zeros(logits.shape[:2], dtype=torch.bool, device=logits.device)
         top = logits.topk(2, dim=-1).values

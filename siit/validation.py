@@ -79,10 +79,9 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *
                                       "edge_bounds": edge_bounds(model, evaluator, task)}
     if corr.joint:  # a redundant circuit: how far one copy moves the logits beside the copies together
         bounds["logit_shifts"] = logit_shifts(model, evaluator, acts)
-    compiled_high = None if task is None else as_task(task).high_level()
-    if hasattr(compiled_high, "interchange_ties"):  # a compiled high-level model: are its IIT labels its program's?
-        bounds["iit_label_ties"] = _label_ties(evaluator, compiled_high)
-    high = task.high_level() if hasattr(task, "high_level") else None
+    high = None if task is None else as_task(task).high_level()
+    if hasattr(high, "interchange_ties"):  # a compiled high-level model: are its IIT labels its program's?
+        bounds["iit_label_ties"] = _label_ties(evaluator, high)
     saturation = None if high is None else Saturation.build(high, corr, data.tokens, data.mask)
     if saturation is not None:  # a family's saturated heads (siit.saturation): how sharp they are
         bounds["saturation"] = saturation_report(model, data.tokens, data.mask, acts, saturation, data.present)

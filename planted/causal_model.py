@@ -207,6 +207,9 @@ class PlantedTask:
     """Train the logits to a template instead of cross-entropy (siit.losses.template_loss, this margin):
     every logit is then a function of the answer, so what leaves the answer alone leaves the logits
     alone. None: cross-entropy."""
+    lean_activations: bool = False
+    """Train with siit's wide-model step (TrainConfig.lean_activations) unless the command line says
+    otherwise: a wide model (planted.large_circuit's 49 heads a layer) trains 2.4x faster a step."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:

@@ -2,7 +2,8 @@
 known class of circuit methods mishandles, each with the prediction, stated before any method ran.
 
 Every model is a hand-written causal model trained by SIIT like the CAUSAL-BENCH ones (2 layers, 4
-heads, d_model 16; causal attention; lengths 3-6), so its ground truth is exact in the same sense:
+heads, d_model 16; causal attention; lengths 3-6; the sixth family, large-circuit, is planted.large_circuit's
+wider model), so its ground truth is exact in the same sense:
 IIA and SIIA 1.0, out-of-circuit nodes inert at every length; and, since `zoo train planted NAME`
 trains these with edge-level strictness unless told `--no-strict-edges`, every out-of-circuit edge too.
 
@@ -94,6 +95,7 @@ from typing import Any
 
 import torch
 
+from planted import large_circuit as large
 from planted.causal_model import CausalModel, NoProgram, Node, PlantedTask
 from rasp_programs.case import BOS, PAD, Case
 from rasp_programs.encoding import Encoding
@@ -140,6 +142,7 @@ FAMILIES: dict[str, dict[str, Any]] = {
                                     "edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp",
                                     "edge_sp", "ensemble"),
                            "corruption": SHIFT_CORRUPTION},
+    "large-circuit": {"models": ("large-circuit",), "prediction": large.PREDICTION, "weak": large.WEAK},
 }
 """Family -> its planted models, the prediction in words, the methods predicted to fail, the
 high-level nodes whose interchange alone never changes the output by design (`inert_alone`:
@@ -364,6 +367,6 @@ def distribution_shift() -> PlantedTask:
 
 
 PLANTED = {"rare-feature": rare_feature, "cancellation": cancellation, "saturation": saturation,
-           "redundancy": redundancy, "distribution-shift": distribution_shift}
+           "redundancy": redundancy, "distribution-shift": distribution_shift, "large-circuit": large.large_circuit}
 """Planted model name -> its builder."""
 

@@ -29,15 +29,15 @@ from siit.edges import EdgeLayout
 from siit.effect_bounds import (BOUND, BOUND_ABLATIONS, BOUND_N, BOUND_SEED, CONFIDENCE, bound_sample,
                                  by_length_and_shape, cell_of)
 from siit.high_level import as_task
-from siit.interventions import ablation_values, node_activations, repeat_rows
-from siit.losses import agree, predictions
+from siit.edge_runs import edge_predictions, sender_outputs
+from siit.interventions import ablation_values, node_activations
+from siit.losses import agree
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
 
 EDGE_LIMIT = 5000
 """More non-circuit q/k/v edges than this are not patched here (causal-bench-12x12 has ~32,000):
 tests/benchmarks/bench_edge_exactness.py measures such a model."""
-_MAX_ROWS = 8192  # rows per patched forward pass (siit.metrics' budget)
 
 
 def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int = BOUND_N,
@@ -84,42 +84,18 @@ def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor,
     """ablation -> bool [E, N, T]: labelled positions whose output changes (regression: by the
     tolerance or more) when edge (u, r) of `edges` (long [E, 2], EdgeLayout indices) alone reads
     sender u's output on the source (resample: ev.sources) or its mean over the sample, per position
-    (mean), against the unpatched run. One edge changes one reader, so each run starts at the
-    reader's block from the clean residual stream, computes only the reader there
-    (Transformer.read_once; a logits edge only unembeds) and the later blocks in full: the same as
-    a whole run that patches the edge (tests/test_siit/test_edge_bounds.py). The ablations share
-    each pass (their rows stacked)."""
+    (mean), against the unpatched run. Each run starts at the edge's reader's block
+    (siit.edge_runs); the ablations share each pass (their rows stacked)."""
     d = ev.data
-    n, L, H, K = len(d), model.n_layers, model.n_heads, len(ablations)
-    per_block = 3 * H + 1
     with torch.no_grad():
         acts = node_activations(model, d.tokens, d.mask, d.present)  # [L, N, T, H + 1, d]
-        clean = ev.run_groups(model, torch.zeros(1, L, H + 1, dtype=torch.bool), acts=acts)[0]
+        clean = ev.run_groups(model, torch.zeros(1, model.n_layers, model.n_heads + 1, dtype=torch.bool), acts=acts)[0]
         embedding = model.input_embedding(d.tokens, d.mask)
-        resid = model.residuals(d.tokens, d.mask, acts)  # [L + 1, N, T, d_model]
         # what each sender's output moves by: the input's, then each block's nodes; [K, U, N, T, d]
         diffs = torch.stack([_sender_diffs(embedding, acts, ev, d.mask, kind) for kind in ablations])
-        allowed = model.allowed_keys(d.mask, d.present)
-    out = torch.zeros(K, edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
-    per_chunk = max(1, _MAX_ROWS // (n * K))
-    with torch.no_grad():
-        for reader in edges[:, 1].unique().tolist():
-            index = (edges[:, 1] == reader).nonzero().flatten()
-            layer, slot = divmod(reader, per_block)
-            for start in range(0, index.shape[0], per_chunk):
-                rows = index[start : start + per_chunk]
-                g = rows.shape[0] * K
-                delta = diffs[:, edges[rows, 0].to(diffs.device)].flatten(0, 2)  # [K * rows * N, T, d]
-                if layer == L:  # the logits read the final residual stream
-                    logits = (repeat_rows(resid[L], g) + delta) @ model.unembed.W_U + model.unembed.b_U
-                else:
-                    x = model.read_once(layer, slot, repeat_rows(resid[layer], g), repeat_rows(acts[layer, :, :, :H], g),
-                                        delta, None if allowed is None else repeat_rows(allowed, g))
-                    present = None if d.present is None else repeat_rows(d.present, g)
-                    logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), present=present,
-                                   start=(layer + 1, x))[0]
-                preds = predictions(logits, ev.task_kind).reshape(K, rows.shape[0], n, -1)
-                out[:, rows] = (~agree(preds, clean[None, None], ev.task_kind, ev.tolerance) & d.label_mask).cpu()
+    out = torch.zeros(len(ablations), edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
+    for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, edges, ev.task_kind):
+        out[:, rows] = (~agree(preds, clean[None, None], ev.task_kind, ev.tolerance) & d.label_mask).cpu()
     return dict(zip(ablations, out))
 
 
@@ -135,4 +111,4 @@ def _sender_diffs(embedding: torch.Tensor, acts: torch.Tensor, ev: Evaluator, ma
         node = ablation_values(acts, mask, "mean")
     else:
         raise ValueError(f"no edge ablation {ablation!r}: resample or mean")
-    return torch.cat([(emb - embedding)[None], (node - acts).permute(0, 3, 1, 2, 4).flatten(0, 1)])
+    return sender_outputs(emb - embedding, node - acts)

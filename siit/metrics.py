@@ -18,6 +18,7 @@ import torch
 from eval.core.circuit import TaskKind
 from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
+from siit.edge_runs import edge_predictions, sender_rows
 from siit.edges import EdgeLayout
 from siit.interventions import node_activations, repeat_rows
 from siit.high_level import HighLevelModel
@@ -142,9 +143,19 @@ class Evaluator:
             if acts is None:
                 acts = node_activations(model, d.tokens, d.mask, d.present)
             cf = self.strict_sources
-            source_acts, source_embed = acts[:, cf], model.input_embedding(d.tokens, d.mask)[cf]
-        per_chunk = max(1, _MAX_ROWS // n)
+            embedding = model.input_embedding(d.tokens, d.mask)
+            source_acts, source_embed = acts[:, cf], embedding[cf]
         lm, scores = d.label_mask, []
+        if self.sum_heads:  # a wide model (lean): each run from its reader's block (siit.edge_runs)
+            senders = edges[:, 0].unique()
+            diffs = (sender_rows(source_embed, source_acts, senders) - sender_rows(embedding, acts, senders))[None]
+            local = torch.stack([torch.searchsorted(senders, edges[:, 0]), edges[:, 1]], dim=1)
+            out = torch.empty(E, device=d.tokens.device)
+            for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, local, self.task_kind):
+                ok = agree(preds[0], d.labels[None], self.task_kind, self.tolerance)
+                out[rows] = ok[:, lm].float().mean(dim=1)
+            return out
+        per_chunk = max(1, _MAX_ROWS // n)
         with torch.no_grad():
             for start in range(0, E, per_chunk):
                 chunk = edges[start : start + per_chunk]

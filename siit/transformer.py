@@ -270,24 +270,24 @@ class Transformer(nn.Module):
         bidirectional attention with every position present)."""
         return self._allowed(attention_mask.bool(), present)
 
-    def read_once(self, layer: int, slot: int, x: torch.Tensor, heads: torch.Tensor, delta: torch.Tensor,
-                  allowed: torch.Tensor | None) -> torch.Tensor:
+    def read_once(self, layer: int, slot: int, x: torch.Tensor, written: torch.Tensor, head: torch.Tensor | None,
+                  delta: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:
         """[batch, pos, d_model]: the residual stream leaving block `layer` when one reader of it
         (slot: siit.edges.EdgeLayout's order within the block, head h's q, k, v at h, H + h, 2H + h,
         the MLP at 3H) reads x + delta and everything else reads x, where x [batch, pos, d_model]
-        enters the block and heads [batch, pos, H, d_model] are the block's head outputs on x (allowed:
-        allowed_keys). One
-        patched edge changes one head or the MLP, so only that one is computed (siit.edge_bounds)."""
+        enters the block, written [batch, pos, d_model] is the sum of the block's head outputs on x
+        and head [batch, pos, d_model] head h's own (None for the MLP; allowed: allowed_keys). One
+        patched edge changes one head or the MLP, so only that one is computed (siit.edge_runs), and a
+        wide model's per-head outputs are never repeated per edge."""
         block, H = self.blocks[layer], self.n_heads
         a = block.attn
-        written = heads.sum(dim=2)
         if slot < 3 * H:
             kind, h = divmod(slot, H)
             reads = [x + delta if kind == i else x for i in range(3)]
             q, k, v = (torch.einsum("btd,dk->btk", r, W[h]) + b[h]
                        for r, W, b in zip(reads, (a.W_Q, a.W_K, a.W_V), (a.b_Q, a.b_K, a.b_V)))
             z = self._attend(q[:, None], k[:, None], v[:, None], allowed)[:, 0]  # [batch, pos, d_head]
-            written = written - heads[:, :, h] + z @ a.W_O[h]
+            written = written - head + z @ a.W_O[h]
         mid = x + written + a.b_O
         return mid + self._mlp(block.mlp, mid if slot < 3 * H else mid + delta)
 

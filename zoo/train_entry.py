@@ -45,6 +45,8 @@ class TrainOptions:
     """Whether --epochs was given (otherwise a planted model's own step budget applies)."""
     n_train_given: bool = False
     """Whether --n-train was given (otherwise a planted model's own training set size applies)."""
+    lean_given: bool = False
+    """Whether --lean-activations or --no-lean-activations was given (otherwise a planted model's own applies)."""
     all_views: bool = False
     """For a multi-task bundle's view: write every view's entry from the one training (--all-views)."""
     root: str | None = None
@@ -96,11 +98,11 @@ def compiled_task(root: str | None, case):
 
 
 def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False, epochs_given: bool = False,
-                       n_train_given: bool = False):
+                       n_train_given: bool = False, lean_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate, edge-level strictness, step budget and training set size, PlantedTask.lr,
-    .strict_edges, .epochs and .n_train; a case's edge-level strictness, Case.strict_edges); no distractors for a
-    task whose circuit covers the whole model (PlantedTask.covers_model: a multi-task bundle)."""
+    learning rate, edge-level strictness, step budget, training set size and wide-model step, PlantedTask.lr,
+    .strict_edges, .epochs, .n_train and .lean_activations; a case's edge-level strictness, Case.strict_edges); no
+    distractors for a task whose circuit covers the whole model (PlantedTask.covers_model: a multi-task bundle)."""
     lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
     if edges is None and getattr(getattr(task, "case", None), "strict_edges", False):
         edges = True  # a RASP case that trains edge-exact (rasp_programs.case.Case.strict_edges)
@@ -114,6 +116,8 @@ def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool
     n_train = getattr(task, "n_train", None)
     if not n_train_given and n_train is not None:
         config = dataclasses.replace(config, n_train=n_train)
+    if not lean_given and getattr(task, "lean_activations", False):
+        config = dataclasses.replace(config, lean_activations=True)
     if getattr(task, "covers_model", False) and config.distractors:
         # every component is some task's circuit (a multi-task bundle): nothing is left for busy-work
         config = dataclasses.replace(config, distractors=False)
@@ -157,7 +161,7 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     trained_on = training_task(compiled)  # a multi-task view trains its bundle (planted.multi_task)
     config = with_task_defaults(options.config, trained_on, lr_given=options.lr_given,
                                 strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given,
-                                n_train_given=options.n_train_given)
+                                n_train_given=options.n_train_given, lean_given=options.lean_given)
     result = train(trained_on, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
     others: dict[str, tuple[Path, bool]] = {}
@@ -219,7 +223,7 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
     # the case's own defaults, as `zoo train case ID` takes them (Case.strict_edges)
     config = with_task_defaults(options.config, compiled, lr_given=options.lr_given,
                                 strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given,
-                                n_train_given=options.n_train_given)
+                                n_train_given=options.n_train_given, lean_given=options.lean_given)
     checkpoint: Path | None = entries_dir(Path(options.root or ".")) / f".{case.entry_name}.checkpoint"
     try:
         checkpoint.parent.mkdir(parents=True, exist_ok=True)

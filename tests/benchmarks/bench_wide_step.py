@@ -7,11 +7,13 @@ A wide model's per-head outputs ([batch, pos, H, d_model]) are H times its resid
 copies, masks or indexes them, not the arithmetic, sets its step's cost (issue 35; issue 36's large
 circuits need at least 100 components). Times: median of the steps after two warm-up steps, and one
 check (siit.train_checks.evaluate_trainee: every high-level node, every busy node alone and all of
-them at once, node level), node-level strictness. Each configuration runs in its own process,
-default and lean alternating (--runs pairs); the medians over runs are reported with their ratio.
+them at once, node level), node-level strictness, and the edge check on --edges random non-circuit
+q/k/v edges (Evaluator.edge_siia: each edge patched alone; lean, each run starts at its reader's block,
+siit.edge_runs). Each configuration runs in its own process, default and lean alternating (--runs
+pairs); the medians over runs are reported with their ratio.
 
 Usage: python tests/benchmarks/bench_wide_step.py [--layers 2] [--heads 49] [--steps 8] [--runs 1]
-[--compare DIR] [--planted NAME]. --compare DIR runs the default configuration of the zoo checked out
+[--edges 64] [--compare DIR] [--planted NAME]. --compare DIR runs the default configuration of the zoo checked out
 in DIR (`git archive REV | tar -x -C DIR`) as a third column; --planted NAME measures that planted
 model as it trains (its own architecture) instead of the wide one.
 """
@@ -30,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def measure(layers: int, heads: int, steps: int, lean: int = 0, planted: str = "") -> dict[str, float]:
+def measure(layers: int, heads: int, steps: int, lean: int = 0, edges: int = 64, planted: str = "") -> dict[str, float]:
     """Steps and one check of the wide model (or of the planted model `planted`), in this process."""
     import dataclasses
 
@@ -40,6 +42,7 @@ def measure(layers: int, heads: int, steps: int, lean: int = 0, planted: str = "
     from planted.failure_modes import distribution_shift
     from siit import train_checks, train_step
     from siit.config import TrainConfig
+    from siit.edges import EdgeLayout
     from siit.trainer import _start, prepare
 
     torch.set_num_threads(1)
@@ -58,17 +61,26 @@ def measure(layers: int, heads: int, steps: int, lean: int = 0, planted: str = "
     t0 = time.perf_counter()
     train_checks.evaluate_trainee(run.trainee, s, s.evaluator, edges=False)
     check = time.perf_counter() - t0
+    layout = EdgeLayout(s.low_config["n_layers"], s.low_config["n_heads"])
+    outside = layout.non_circuit(s.corr.map_circuit(task.graph).edges).nonzero()
+    some = outside[torch.randperm(outside.shape[0], generator=torch.Generator().manual_seed(0))[:edges]]
+    t0 = time.perf_counter()
+    s.evaluator.edge_siia(run.trainee.model, some)
+    edge_check = time.perf_counter() - t0
     return {"prepare_s": round(prepared, 3), "step_median_s": round(statistics.median(times[2:]), 4),
-            "check_s": round(check, 3), "components": task.n_layers * (task.n_heads + 1),
+            "check_s": round(check, 3), "edge_check_s": round(edge_check, 3),
+            "edge_check_per_edge_s": round(edge_check / max(1, some.shape[0]), 4),
+            "non_circuit_edges": int(outside.shape[0]), "components": task.n_layers * (task.n_heads + 1),
             "busy_nodes": len(s.targets.distractors) if s.targets else 0}
 
 
 def _child(checkout: Path, args: argparse.Namespace, lean: bool) -> dict[str, float]:
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
-            "from bench_wide_step import measure; print(json.dumps(measure(*map(int, sys.argv[3:7]), *sys.argv[7:])))")
+            "from bench_wide_step import measure; print(json.dumps(measure(*map(int, sys.argv[3:8]), *sys.argv[8:])))")
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     out = subprocess.run([sys.executable, "-c", code, str(checkout), str(Path(__file__).parent),
-                          str(args.layers), str(args.heads), str(args.steps), str(int(lean)), args.planted],
+                          str(args.layers), str(args.heads), str(args.steps), str(int(lean)), str(args.edges),
+                          args.planted],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -79,6 +91,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--heads", type=int, default=49)
     parser.add_argument("--steps", type=int, default=8)
     parser.add_argument("--runs", type=int, default=1)
+    parser.add_argument("--edges", type=int, default=64, help="non-circuit edges the edge check patches (0: none)")
     parser.add_argument("--compare", type=Path, default=None)
     parser.add_argument("--planted", default="", metavar="NAME",
                         help="measure this planted model (e.g. causal-bench-12x12) instead of the wide one")
@@ -95,7 +108,8 @@ def main(argv: list[str] | None = None) -> None:
               "configs": {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                           for name, rs in runs.items()}}
     before, after = result["configs"]["default"], result["configs"]["lean_activations"]
-    result["default_over_lean"] = {k: round(before[k] / after[k], 2) for k in ("step_median_s", "check_s")}
+    result["default_over_lean"] = {k: round(before[k] / after[k], 2) for k in ("step_median_s", "check_s",
+                                                                               "edge_check_s") if after[k] > 0}
     print(json.dumps(result, indent=1))
 
 

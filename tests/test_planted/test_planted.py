@@ -96,7 +96,7 @@ def test_every_planted_node_changes_the_output_under_some_interchange(name) -> N
     joint = list(corr.interventions[n:])
     assert not joint or inert_high_nodes(data, model, corr.selects()[n:], joint, sources, "classification") == []
     sizes = {"ioi": 3, "rare-feature": 2, "cancellation": 3, "saturation": 2, "redundancy": 4,
-             "distribution-shift": 3}
+             "distribution-shift": 3, "large-circuit": 31}
     if task.bundle is not None:  # a multi-task view: its own task's nodes
         sizes[name] = len(task.bundle.parts[task.bundle.view_names.index(name)].placement)
     assert n == sizes.get(name, 5) and task.graph.nodes == model.nodes
@@ -213,11 +213,13 @@ def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
         edges = task.failure_mode is not None or (task.bundle is not None and task.bundle.strict_edges)
         epochs = task.bundle.epochs if task.bundle is not None else default.epochs
         n_train = (task.bundle.n_train if task.bundle is not None else None) or default.n_train
+        # the wide large-circuit model takes the wide-model step unless --(no-)lean-activations says otherwise
+        lean = name == "large-circuit"
         assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges, epochs=epochs,
-                                     n_train=n_train), name
+                                     n_train=n_train, lean_activations=lean), name
         assert with_task_defaults(TrainConfig(lr=0.02), task, lr_given=True).lr == 0.02
-        assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(lr=config.lr,
-                                                                                                        epochs=epochs,
-                                                                                                        n_train=n_train)
+        assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(
+            lr=config.lr, epochs=epochs, n_train=n_train, lean_activations=lean)
+        assert not with_task_defaults(default, task, lr_given=False, lean_given=True).lean_activations
     with pytest.raises(ValueError, match="lr must be a positive number"):
         dataclasses.replace(get_planted("causal-bench-2x2"), lr=0.0)

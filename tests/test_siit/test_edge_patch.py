@@ -154,7 +154,8 @@ def test_reading_once_at_the_readers_block_equals_patching_the_edge(causal: bool
             if layer == model.n_layers:
                 once = (resid[layer] + delta) @ model.unembed.W_U + model.unembed.b_U
             else:
-                x = model.read_once(layer, slot, resid[layer], clean[layer, :, :, :H], delta, allowed)
+                head = None if slot >= 3 * H else clean[layer, :, :, slot % H]
+                x = model.read_once(layer, slot, resid[layer], clean[layer, :, :, :H].sum(dim=2), head, delta, allowed)
                 once = model(tokens, mask, start=(layer + 1, x))[0]
         torch.testing.assert_close(once, whole, atol=1e-5, rtol=1e-5)
         moved += int((whole - model(tokens, mask)[0]).abs().max() > 1e-3)

@@ -75,6 +75,11 @@ def test_an_untrained_model_has_lagging_edges(compiled) -> None:
     out = edge_metrics(trainee, s, s.evaluator)
     assert out["edge_siia_min"] < 1.0 and out["worst_edge"] in out["edges_below_1"]
     assert out["edges_checked"] == "all"
+    # a wide model's check (Evaluator.sum_heads) runs each edge from its reader's block: the same scores
+    idx = s.non_circuit_edges.nonzero()
+    lean = dataclasses.replace(s.evaluator, sum_heads=True)
+    assert torch.equal(lean.edge_siia(model_only.model, idx), s.evaluator.edge_siia(model_only.model, idx))
+    assert torch.equal(lean.edge_siia(model_only.model, idx[5:9]), s.evaluator.edge_siia(model_only.model, idx[5:9]))
     # a later check measures the lagging edges alone while one of them lags, then every edge
     history = [{"metrics": {"accuracy": 1.0}}, {"metrics": out}, {"metrics": {"edges_checked": "lagging"}}]
     lagging = lagging_edges(history, config)

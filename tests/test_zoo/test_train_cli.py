@@ -200,3 +200,21 @@ def test_step_bar_rate_counts_only_the_steps_of_this_run_after_resume() -> None:
         assert shown is not None and shown < 100 and mean < 100  # ~2 steps in 0.6 s, not 1626
     finally:
         bar.close()
+
+
+def test_lean_activations_take_a_no_form_and_many_case_workers_record_it() -> None:
+    """--lean-activations / --no-lean-activations override a planted model's own default (large-circuit
+    trains lean); not given, the option is None and the model's default applies; a worker's recorded
+    command keeps a --no- form, which a bare `zoo train case ID` would not reproduce."""
+    from zoo.cli import build_parser
+    from zoo.commands.training import option_flags, train_options
+
+    parse = build_parser().parse_args
+    for argv, given, lean in ((["train", "planted", "large-circuit"], False, False),
+                              (["train", "planted", "large-circuit", "--lean-activations"], True, True),
+                              (["train", "planted", "large-circuit", "--no-lean-activations"], True, False)):
+        options = train_options(parse(argv))
+        assert (options.lean_given, options.config.lean_activations) == (given, lean), argv
+    assert "--no-strict-edges" in option_flags(parse(["train", "--cases", "13", "--no-strict-edges"]))
+    assert "--no-lean-activations" in option_flags(parse(["train", "--all", "--no-lean-activations"]))
+    assert option_flags(parse(["train", "--all"])) == ()

@@ -104,6 +104,8 @@ def test_a_cases_own_defaults_reach_the_workers(tmp_path: Path, capsys) -> None:
     other = tmp_path / "other"
     _run(["--cases", "13", "--n-train", "128", "--no-strict-edges", "--jobs", "1", "--root", str(other)], capsys)
     assert _training(other, "case-13")["config"]["strict_edges"] is False
+    # and its recorded command says so: a bare `zoo train case 13` would train edge-exact
+    assert "--no-strict-edges" in _training(other, "case-13")["command"]
 
 
 def test_a_failing_case_leaves_the_others_written_and_exits_1_with_its_row(tmp_path: Path, capsys,

@@ -67,11 +67,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "d_head, 16 for most cases); 8 gives every busy head and MLP twice the room, which "
                    "lets a distractor stuck below R² 0.9 in a d_model-16 model reach it (catalogue case 130)")
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
-    p.add_argument("--lean-activations", action="store_true",
-                   help="the wide-model step: groups share one copy of the source activations and heads are summed "
-                   "from their z, never made one by one (the same losses to float rounding; 2.4x faster steps at "
-                   "2 layers x 49 heads, about as fast on small models). Off by default so that a seed reproduces the "
-                   "weights entries were trained to")
+    p.add_argument("--lean-activations", action=argparse.BooleanOptionalAction, default=None,
+                   help="the wide-model step: heads summed from their z, one copy of the source activations (the same "
+                   "losses to float rounding; 2.4x faster steps at 2 layers x 49 heads, as fast on small models). On "
+                   "for planted large-circuit, off elsewhere: a seed reproduces the weights entries were trained to")
     _add_output(p)
     add_device(p)
     _add_many(p)
@@ -122,8 +121,8 @@ def _train_config(args: argparse.Namespace):
         kw.update(distractors=False)
     if args.strict_edges is not None:
         kw.update(strict_edges=args.strict_edges)
-    if getattr(args, "lean_activations", False):
-        kw.update(lean_activations=True)
+    if getattr(args, "lean_activations", None) is not None:
+        kw.update(lean_activations=args.lean_activations)
     try:
         return TrainConfig(**kw)
     except ConfigError as exc:
@@ -139,6 +138,8 @@ def _arch_config(args: argparse.Namespace):
 _OPTION_FLAGS = ("scheme", "strict_weight", "natural", "no_distractors", "strict_edges", "epochs", "seed", "lr",
                  "batch_size", "n_train", "min_d_head", "criterion", "lean_activations")
 """The training options a many-case worker's entry records as flags of its `zoo train case ID`."""
+_NEGATABLE = ("strict_edges", "lean_activations")
+"""Flags with a --no- form (None: not given, the case's own default)."""
 
 
 def option_flags(args: argparse.Namespace) -> tuple[str, ...]:
@@ -149,9 +150,12 @@ def option_flags(args: argparse.Namespace) -> tuple[str, ...]:
     defaults = {"scheme": "apph", "seed": 0}  # the parser's non-None defaults
     for key in _OPTION_FLAGS:
         value = getattr(args, key, None)
+        flag = key.replace("_", "-")
+        if value is False and key in _NEGATABLE:  # --no-strict-edges turns off a case's own default
+            command.append(f"--no-{flag}")
         if value is None or value is False or defaults.get(key) == value:
             continue
-        command += [f"--{key.replace('_', '-')}"] + ([] if value is True else [str(value)])
+        command += [f"--{flag}"] + ([] if value is True else [str(value)])
     return tuple(command)
 
 
@@ -164,6 +168,7 @@ def train_options(args: argparse.Namespace):
     return TrainOptions(config=_train_config(args), arch=_arch_config(args), lr_given=args.lr is not None,
                         strict_edges_given=args.strict_edges is not None,
                         epochs_given=args.epochs is not None, n_train_given=args.n_train is not None,
+                        lean_given=getattr(args, "lean_activations", None) is not None,
                         all_views=bool(getattr(args, "all_views", False)),
                         root=args.root, resume=args.resume, threads=args.threads or TRAIN_THREADS,
                         flags=option_flags(args), device=device_from(args))

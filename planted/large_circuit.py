@@ -1,0 +1,103 @@
+"""The large-circuit failure-mode family (issue 36, item 2) -> a PlantedTask whose circuit is a third of
+a 100-component model: 31 nodes and 62 edges in a 1-layer, 99-head model (d_head 2, d_model 198).
+
+large-circuit (family `large-circuit`; values 0-4, lengths 3-11):
+
+    copy    a0.h{3(j-2)}, a0.h{3(j-2)+1}, a0.h{3(j-2)+2}   at query position j (2..11): x_{j-1}, x_{e(j)},
+                                                            x_{f(j)}, else 0
+    answer  m0                                              y_j = a + b + 2c (mod 5) of those three, y_1 = x_1
+
+  with e(j) = max(1, (j - 1) // 2) and f(j) = max(1, j - 2), earlier positions. Each head fires at one
+  query position (it attends to its source there, to BOS elsewhere), so the MLP adds three digits at a
+  position, and each of the 31 nodes changes the answer at its position (about 80% of resampled pairs
+  there; the MLP everywhere). One layer keeps the model's q/k/v edges at about 500, so every edge is
+  checked in training and bounded in validation as for the small families (two layers of 49 heads have
+  about 7,800: hours of single-edge runs a check on a CPU).
+  Prediction (Conmy et al. 2023, ACDC, §4 and its appendix on the threshold; Bhaskar et al. 2024,
+  "Finding transformer circuits with edge pruning", §4: ACDC's and attribution patching's circuits fall
+  behind as the circuit grows): a circuit edge here moves one position of up to eleven, so its effect on a
+  metric averaged over positions is a tenth of a small circuit's. Methods that keep or drop each edge
+  against a threshold (acdc, over its τ grid) or pay a sparsity price for every edge kept (edge_sp,
+  node_sp, priced for circuits of a few edges) drop part of it, tied with the out-of-circuit edges;
+  methods that rank every edge by its own effect (edge_patching, eap, eap_ig_*) keep the whole circuit
+  above them.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from planted.causal_model import CausalModel, NoProgram, Node, PlantedTask
+from rasp_programs.case import BOS, PAD, Case
+from rasp_programs.encoding import Encoding
+
+VALUES = 5
+MIN_LEN, MAX_LEN = 3, 11
+LAYERS, HEADS, D_HEAD = 1, 99, 2
+"""The low-level model: 99 heads and an MLP = 100 components (the issue's >= 100)."""
+FIRST_QUERY = 2
+"""The first query position a head fires at (position 1 has no earlier token to read)."""
+WEIGHTS = (1, 1, 2)
+"""The answer's weights of the three heads' digits at a position (mod 5)."""
+PREDICTION = ("methods that keep or drop each edge against a threshold (acdc, over its τ grid) or pay a sparsity "
+              "price per edge (edge_sp, node_sp) drop part of a 62-edge circuit whose edges each move one position "
+              "of up to eleven; methods that rank every edge by its own effect (edge_patching, eap, eap_ig_*) keep "
+              "it above the out-of-circuit edges")
+WEAK = ("acdc", "edge_sp", "node_sp")
+
+
+def sources(j: int) -> tuple[int, int, int]:
+    """The three earlier positions the heads at query position j copy: j - 1, e(j), f(j)."""
+    return j - 1, max(1, (j - 1) // 2), max(1, j - 2)
+
+
+def heads() -> list[tuple[str, int, int]]:
+    """(name, query position, source position) of the 30 circuit heads, in head order."""
+    return [(f"a0.h{3 * (j - FIRST_QUERY) + k}", j, source)
+            for j in range(FIRST_QUERY, MAX_LEN + 1) for k, source in enumerate(sources(j))]
+
+
+def _copy_fn(query: int, source: int):
+    def copy(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """x_source at position `query`, 0 elsewhere (a head that attends there, or to BOS)."""
+        out = torch.zeros_like(digits)
+        if query < digits.shape[1]:
+            out[:, query] = torch.where(real[:, source], digits[:, source], 0)
+        return out
+    return copy
+
+
+def _answer(digits: torch.Tensor, real: torch.Tensor, *copies: torch.Tensor) -> torch.Tensor:
+    total = torch.zeros_like(digits)
+    for k, head in enumerate(copies):  # three heads a position, in order (x_{j-1}, x_{e(j)}, x_{f(j)})
+        total = total + WEIGHTS[k % 3] * head
+    total[:, 1] = torch.where(real[:, 1], digits[:, 1], 0)  # y_1 = x_1: no head fires at position 1
+    return total % VALUES
+
+
+def reference(seq: tuple[int, ...]) -> list[int]:
+    """The label function, from the task's definition (written apart from the causal model)."""
+    out = [seq[0] % VALUES]
+    for j in range(FIRST_QUERY, len(seq) + 1):
+        out.append(sum(w * seq[p - 1] for w, p in zip(WEIGHTS, sources(j))) % VALUES)
+    return out
+
+
+def large_circuit() -> PlantedTask:
+    copies = tuple(Node(name=name, parents=(), fn=_copy_fn(query, source), reads_input=True,
+                        label=f"copy: x_{source} at position {query}, else 0") for name, query, source in heads())
+    answer = Node(name="m0", parents=tuple(n.name for n in copies), fn=_answer, reads_input=True,
+                  label="answer: y_j = a + b + 2c (mod 5) of the three heads firing at j; y_1 = x_1")
+    model = CausalModel(node_list=(*copies, answer), first_value_id=1, n_values=VALUES)
+    values = tuple(range(VALUES))
+    description = ("Large circuit: 31 nodes and 62 edges of a 100-component model; at each position j from 2 on, "
+                   "three of 30 heads copy x_{j-1}, x_{e(j)} and x_{f(j)}, and the MLP answers a + b + 2c (mod 5); "
+                   "each head fires at one position.")
+    case = Case(id="large-circuit", name="large_circuit", family="planted", description=description,
+                task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
+                build_program=NoProgram("large-circuit"),
+                notes="Failure-mode family planted model (planted.large_circuit); see `zoo show planted large-circuit`.")
+    encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=values, max_seq_len=MAX_LEN,
+                        task_kind="classification")
+    return PlantedTask(case=case, encoding=encoding, model=model, n_layers=LAYERS, n_heads=HEADS, d_head=D_HEAD,
+                       reference=reference, failure_mode="large-circuit", strict_edges=True, lean_activations=True)

@@ -94,7 +94,8 @@ def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor,
         # what each sender's output moves by: the input's, then each block's nodes; [K, U, N, T, d]
         diffs = torch.stack([_sender_diffs(embedding, acts, ev, d.mask, kind) for kind in ablations])
     out = torch.zeros(len(ablations), edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
-    for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, edges, ev.task_kind):
+    for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, edges, ev.task_kind,
+                                        ev.sum_heads):
         out[:, rows] = (~agree(preds, clean[None, None], ev.task_kind, ev.tolerance) & d.label_mask).cpu()
     return dict(zip(ablations, out))
 

@@ -14,11 +14,9 @@ from collections.abc import Iterator
 
 import torch
 
-from siit.interventions import repeat_rows
+from siit.interventions import repeat_rows, rows_per_pass
 from siit.losses import predictions
 from siit.transformer import Transformer
-
-_MAX_ROWS = 8192  # rows per patched forward pass (siit.metrics' budget)
 
 
 def sender_outputs(embedding: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
@@ -35,19 +33,20 @@ def sender_rows(embedding: torch.Tensor, acts: torch.Tensor, senders: torch.Tens
 
 
 def edge_predictions(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, present: torch.Tensor | None,
-                     acts: torch.Tensor, diffs: torch.Tensor, edges: torch.Tensor, task_kind: str
-                     ) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
+                     acts: torch.Tensor, diffs: torch.Tensor, edges: torch.Tensor, task_kind: str,
+                     sum_heads: bool = False) -> Iterator[tuple[torch.Tensor, torch.Tensor]]:
     """(rows, predictions [K, len(rows), N, T]) for chunks of `edges` (long [E, 2], EdgeLayout indices;
     rows index into it): edge (u, r) patched alone, reader r reading sender u's clean output plus
     diffs[k, u] ([K, U, N, T, d]: K ways of patching every sender, e.g. resample and mean ablation).
-    tokens, mask, present: the clean inputs [N, T]; acts: their clean node activations."""
+    tokens, mask, present: the clean inputs [N, T]; acts: their clean node activations; sum_heads: the
+    later blocks sum their heads from z (Evaluator.sum_heads: a wide model's)."""
     n, L, H, K = tokens.shape[0], model.n_layers, model.n_heads, diffs.shape[0]
     per_block = 3 * H + 1
     with torch.no_grad():
         resid = model.residuals(tokens, mask, acts)  # [L + 1, N, T, d_model]
         allowed = model.allowed_keys(mask, present)
         written = acts[:, :, :, :H].sum(dim=3)  # [L, N, T, d]: each block's heads, summed (before: per edge)
-    per_chunk = max(1, _MAX_ROWS // (n * K))
+    per_chunk = max(1, rows_per_pass(model, tokens.shape[1]) // (n * K))
     with torch.no_grad():
         for reader in edges[:, 1].unique().tolist():
             index = (edges[:, 1] == reader).nonzero().flatten()
@@ -64,5 +63,5 @@ def edge_predictions(model: Transformer, tokens: torch.Tensor, mask: torch.Tenso
                                         delta, None if allowed is None else repeat_rows(allowed, g))
                     logits = model(repeat_rows(tokens, g), repeat_rows(mask, g),
                                    present=None if present is None else repeat_rows(present, g),
-                                   start=(layer + 1, x))[0]
+                                   start=(layer + 1, x), sum_heads=sum_heads)[0]
                 yield rows, predictions(logits, task_kind).reshape(K, rows.shape[0], n, -1)

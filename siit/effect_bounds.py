@@ -96,7 +96,7 @@ def bound_evaluator(evaluator: Evaluator, task: Any, n: int, seed: int, shapes: 
     sources = torch.cat([first + k * len(base) for k in range(len(shapes))])
     device = evaluator.data.tokens.device
     return Evaluator(data.to(device), sources.to(device), torch.zeros(0, device=device), evaluator.correspondence,
-                     evaluator.task_kind, evaluator.tolerance)
+                     evaluator.task_kind, evaluator.tolerance, sum_heads=evaluator.sum_heads)
 
 
 def stratified_sample(case: Any, n: int, seed: int) -> dict[int, list[tuple]]:

@@ -57,3 +57,16 @@ def repeat_rows(x: torch.Tensor, times: int, dim: int = 0) -> torch.Tensor:
     reps = [1] * x.dim()
     reps[dim] = times
     return x.repeat(*reps)
+
+
+MAX_ROWS = 8192  # rows per batched forward pass: bounds memory for larger models
+MAX_ELEMENTS = 1 << 26
+"""Per-node activations one pass may hold ([rows, pos, H + 1, d_model]): a model wider than every entry
+before planted large-circuit (99 heads, d_model 198: 8192 rows would be 7.8 GB a tensor) passes fewer rows."""
+
+
+def rows_per_pass(model: Transformer, n_ctx: int) -> int:
+    """Rows of one batched forward pass: MAX_ROWS, fewer where a row's per-node activations are so wide
+    that MAX_ROWS of them would pass MAX_ELEMENTS (causal-bench-12x12 still takes 8192)."""
+    per_row = n_ctx * (model.n_heads + 1) * model.d_model
+    return max(1, min(MAX_ROWS, MAX_ELEMENTS // per_row))

@@ -20,12 +20,11 @@ from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
 from siit.edge_runs import edge_predictions, sender_rows
 from siit.edges import EdgeLayout
-from siit.interventions import node_activations, repeat_rows
+from siit.interventions import node_activations, repeat_rows, rows_per_pass
 from siit.high_level import HighLevelModel
 from siit.losses import agree, predictions
 from siit.transformer import Patch, Transformer
 
-_MAX_ROWS = 8192  # rows per batched forward pass: bounds memory for larger models
 
 
 @dataclasses.dataclass(frozen=True)
@@ -114,7 +113,7 @@ class Evaluator:
         patched = masks.any(dim=-1)  # [G, L]
         first = torch.where(patched.any(dim=-1), patched.float().argmax(dim=-1), L)
         order = torch.argsort(first, stable=True)
-        per_chunk = max(1, _MAX_ROWS // n)
+        per_chunk = max(1, rows_per_pass(model, d.tokens.shape[1]) // n)
         out = []
         with torch.no_grad():
             for start in range(0, masks.shape[0], per_chunk):
@@ -151,11 +150,12 @@ class Evaluator:
             diffs = (sender_rows(source_embed, source_acts, senders) - sender_rows(embedding, acts, senders))[None]
             local = torch.stack([torch.searchsorted(senders, edges[:, 0]), edges[:, 1]], dim=1)
             out = torch.empty(E, device=d.tokens.device)
-            for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, local, self.task_kind):
+            for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, local, self.task_kind,
+                                                True):
                 ok = agree(preds[0], d.labels[None], self.task_kind, self.tolerance)
                 out[rows] = ok[:, lm].float().mean(dim=1)
             return out
-        per_chunk = max(1, _MAX_ROWS // n)
+        per_chunk = max(1, rows_per_pass(model, d.tokens.shape[1]) // n)
         with torch.no_grad():
             for start in range(0, E, per_chunk):
                 chunk = edges[start : start + per_chunk]

@@ -67,6 +67,21 @@ def _copy_fn(query: int, source: int):
     return copy
 
 
+def _keys_fn(query: int, source: int):
+    def keys(digits: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
+        """bool [N, query pos, key pos]: the source at position `query` (where the input reaches it), BOS
+        at every other query."""
+        N, T = digits.shape
+        out = torch.zeros(N, T, T, dtype=torch.bool)
+        out[:, :, 0] = True
+        if query < T:
+            fires = real[:, query]
+            out[fires, query, 0] = False
+            out[fires, query, source] = True
+        return out
+    return keys
+
+
 def _answer(digits: torch.Tensor, real: torch.Tensor, *copies: torch.Tensor) -> torch.Tensor:
     total = torch.zeros_like(digits)
     for k, head in enumerate(copies):  # three heads a position, in order (x_{j-1}, x_{e(j)}, x_{f(j)})
@@ -84,8 +99,11 @@ def reference(seq: tuple[int, ...]) -> list[int]:
 
 
 def large_circuit() -> PlantedTask:
+    # each head's attention trained to its ground truth (siit.saturation): its source at its query position,
+    # BOS elsewhere; SIIT alone left the three heads of a position blending their sources (IIA near 0.9)
     copies = tuple(Node(name=name, parents=(), fn=_copy_fn(query, source), reads_input=True,
-                        label=f"copy: x_{source} at position {query}, else 0") for name, query, source in heads())
+                        label=f"copy: x_{source} at position {query}, else 0", saturated_on=_keys_fn(query, source))
+                   for name, query, source in heads())
     answer = Node(name="m0", parents=tuple(n.name for n in copies), fn=_answer, reads_input=True,
                   label="answer: y_j = a + b + 2c (mod 5) of the three heads firing at j; y_1 = x_1")
     model = CausalModel(node_list=(*copies, answer), first_value_id=1, n_values=VALUES)

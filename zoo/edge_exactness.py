@@ -54,6 +54,7 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     from eval.patching.ablation import make_context
     from eval.patching.task import make_task
     from siit.high_level import as_task
+    from siit.interventions import rows_per_pass
     from siit.transformer import Transformer
 
     model = Transformer.from_state_dict(config, state_dict).eval()
@@ -73,7 +74,8 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     # one patched pass per edge serves every number (the changes, and the logit movement of
     # eval.methods.edge_patching.logit_movement on the same logits)
     metric, moved_by = changes(task, clean, tolerance or 0.05), movement_metric(task, clean)
-    stats = per_edge(ctx, edges, lambda logits: torch.cat([metric(logits), moved_by(logits)[None]]), max_rows=4096)
+    rows = min(4096, rows_per_pass(model, int(task.tokens.shape[1])))  # a wide model's passes take fewer rows
+    stats = per_edge(ctx, edges, lambda logits: torch.cat([metric(logits), moved_by(logits)[None]]), max_rows=rows)
     effect = {e: float(v[0]) for e, v in stats.items()}
     changed = {e: int(v[1]) for e, v in stats.items()}
     moved = {e: float(v[2]) for e, v in stats.items()}

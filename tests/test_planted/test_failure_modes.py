@@ -154,3 +154,11 @@ def test_large_circuit_is_a_third_of_a_100_component_model_with_graded_effects()
             assert moved.any(0).nonzero().flatten().tolist() == [query[name]], name
     assert effects["m0"] > 0.75
     assert 0.01 < min(effects.values()) < 0.02 and max(e for n, e in effects.items() if n != "m0") < 0.15
+    # each head's attention is trained to its ground truth: its source at its query position, BOS elsewhere
+    keys = model.attention_keys(tokens[:64], mask[:64])  # [30, N, query, key]
+    assert model.saturated == tuple(query)
+    for k, (name, q, source) in enumerate(heads()):
+        reaches = mask[:64, q].bool()
+        assert keys[k, reaches, q].nonzero()[:, 1].unique().tolist() == [source], name
+        others = [p for p in range(tokens.shape[1]) if p != q]
+        assert keys[k][:, others].nonzero()[:, 2].unique().tolist() == [0], name

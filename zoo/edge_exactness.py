@@ -40,6 +40,14 @@ EDGE_LIMIT = 5000
 """More q/k/v edges than this are not patched at training time (causal-bench-12x12 has 32,491)."""
 
 
+def _rows(model: Any, task: Any) -> int:
+    """Rows of one patched pass: 4096, fewer for a model whose per-node activations are wide (planted
+    large-circuit: siit.interventions.rows_per_pass)."""
+    from siit.interventions import rows_per_pass
+
+    return min(4096, rows_per_pass(model, int(task.tokens.shape[1])))
+
+
 def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circuit_json: Mapping[str, Any],
                  compiled: Any, tolerance: float | None, *, n: int = EDGE_N, seed: int = EDGE_SEED,
                  limit: int | None = None, bound: float = EDGE_BOUND) -> dict[str, Any]:
@@ -54,7 +62,6 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     from eval.patching.ablation import make_context
     from eval.patching.task import make_task
     from siit.high_level import as_task
-    from siit.interventions import rows_per_pass
     from siit.transformer import Transformer
 
     model = Transformer.from_state_dict(config, state_dict).eval()
@@ -62,8 +69,7 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     edges = list(graph.at("qkv").edges)
     head = {"bound": bound, "n": n, "seed": seed, "ablation": "resample", "input_shape": "padded",
             "qkv_edges": len(edges)}
-    limit = EDGE_LIMIT if limit is None else limit
-    if len(edges) > limit:
+    if len(edges) > (limit := EDGE_LIMIT if limit is None else limit):
         return {**head, "skipped": f"{len(edges)} q/k/v edges > {limit}: measure with "
                                    "tests/benchmarks/bench_edge_exactness.py"}
     source = as_task(compiled)
@@ -74,8 +80,8 @@ def edge_section(config: Mapping[str, Any], state_dict: Mapping[str, Any], circu
     # one patched pass per edge serves every number (the changes, and the logit movement of
     # eval.methods.edge_patching.logit_movement on the same logits)
     metric, moved_by = changes(task, clean, tolerance or 0.05), movement_metric(task, clean)
-    rows = min(4096, rows_per_pass(model, int(task.tokens.shape[1])))  # a wide model's passes take fewer rows
-    stats = per_edge(ctx, edges, lambda logits: torch.cat([metric(logits), moved_by(logits)[None]]), max_rows=rows)
+    stats = per_edge(ctx, edges, lambda logits: torch.cat([metric(logits), moved_by(logits)[None]]),
+                     max_rows=_rows(model, task))
     effect = {e: float(v[0]) for e, v in stats.items()}
     changed = {e: int(v[1]) for e, v in stats.items()}
     moved = {e: float(v[2]) for e, v in stats.items()}

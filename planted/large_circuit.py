@@ -110,8 +110,7 @@ def large_circuit() -> PlantedTask:
     values = tuple(range(VALUES))
     description = ("Large circuit: 31 nodes and 62 edges of a 100-component model; at each position j from 2 on, "
                    "three of 30 heads copy x_{j-1}, x_{e(j)} and x_{f(j)}, and the MLP answers a + b + 2c (mod 5); "
-                   "each head fires at one position. Not yet trained to its criterion: IIA stalls near 0.9, the three "
-                   "heads of a position sharing their sources (docs/results.md).")
+                   "each head fires at one position. No entry has met its criterion yet (docs/results.md).")
     case = Case(id="large-circuit", name="large_circuit", family="planted", description=description,
                 task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
                 build_program=NoProgram("large-circuit"),

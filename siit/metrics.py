@@ -26,7 +26,6 @@ from siit.losses import agree, predictions
 from siit.transformer import Patch, Transformer
 
 
-
 @dataclasses.dataclass(frozen=True)
 class Evaluator:
     """Fixed validation pairs with their high-level targets for every intervention."""
@@ -148,7 +147,7 @@ class Evaluator:
         if self.sum_heads:  # a wide model (lean): each run from its reader's block (siit.edge_runs)
             senders = edges[:, 0].unique()
             diffs = (sender_rows(source_embed, source_acts, senders) - sender_rows(embedding, acts, senders))[None]
-            local = torch.stack([torch.searchsorted(senders, edges[:, 0]), edges[:, 1]], dim=1)
+            local = torch.stack([torch.searchsorted(senders, edges[:, 0].contiguous()), edges[:, 1]], dim=1)
             out = torch.empty(E, device=d.tokens.device)
             for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, local, self.task_kind,
                                                 True):

@@ -19,17 +19,14 @@ from siit.losses import predictions
 from siit.transformer import Transformer
 
 
-def sender_outputs(embedding: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
+def sender_outputs(embedding: torch.Tensor, acts: torch.Tensor, senders: torch.Tensor | None = None) -> torch.Tensor:
     """[U, N, T, d]: what each sender writes, in siit.edges.EdgeLayout's sender order (the input, then
-    each block's heads and MLP). embedding [N, T, d]; acts [L, N, T, H + 1, d]."""
-    return torch.cat([embedding[None], acts.permute(0, 3, 1, 2, 4).flatten(0, 1)])
-
-
-def sender_rows(embedding: torch.Tensor, acts: torch.Tensor, senders: torch.Tensor) -> torch.Tensor:
-    """[len(senders), N, T, d]: sender_outputs' rows `senders` (long), without the others."""
+    each block's heads and MLP), or only the rows `senders` (long). embedding [N, T, d]; acts
+    [L, N, T, H + 1, d]."""
+    if senders is None:
+        return torch.cat([embedding[None], acts.permute(0, 3, 1, 2, 4).flatten(0, 1)])
     H1 = acts.shape[3]
-    rows = [embedding if u == 0 else acts[(u - 1) // H1, :, :, (u - 1) % H1] for u in senders.tolist()]
-    return torch.stack(rows)
+    return torch.stack([embedding if u == 0 else acts[(u - 1) // H1, :, :, (u - 1) % H1] for u in senders.tolist()])
 
 
 def edge_predictions(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, present: torch.Tensor | None,

@@ -18,7 +18,7 @@ import torch
 from eval.core.circuit import TaskKind
 from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
-from siit.edge_runs import edge_predictions, sender_rows
+from siit.edge_runs import edge_predictions, sender_outputs
 from siit.edges import EdgeLayout
 from siit.interventions import node_activations, repeat_rows, rows_per_pass
 from siit.high_level import HighLevelModel
@@ -146,11 +146,11 @@ class Evaluator:
         lm, scores = d.label_mask, []
         if self.sum_heads:  # a wide model (lean): each run from its reader's block (siit.edge_runs)
             senders = edges[:, 0].unique()
-            diffs = (sender_rows(source_embed, source_acts, senders) - sender_rows(embedding, acts, senders))[None]
+            diffs = (sender_outputs(source_embed, source_acts, senders) - sender_outputs(embedding, acts, senders))[None]
             local = torch.stack([torch.searchsorted(senders, edges[:, 0].contiguous()), edges[:, 1]], dim=1)
             out = torch.empty(E, device=d.tokens.device)
             for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, local, self.task_kind,
-                                                True):
+                                                self.sum_heads):
                 ok = agree(preds[0], d.labels[None], self.task_kind, self.tolerance)
                 out[rows] = ok[:, lm].float().mean(dim=1)
             return out

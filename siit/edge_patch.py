@@ -23,9 +23,15 @@ class EdgePatch:
     Rows that patch one edge each (the checks' single edges, siit.metrics.Evaluator.edge_siia) keep only
     their own sender's difference (`picked`, [rows, T, d]) and place it at their reader; other rows
     keep every sender's difference and sum them through a batched matmul. The two give the same
-    values (a one-hot sum is exact)."""
+    values (a one-hot sum is exact).
 
-    def __init__(self, patch: Any, x: torch.Tensor, first: int, n_layers: int, n_heads: int) -> None:
+    `summed` (a run that sums its heads from z, Transformer.forward(sum_heads=True), with rows that
+    patch several edges): a block's heads are kept as their z and replacements (`wrote_heads`,
+    _HeadDiffs), never as per-head differences [rows, T, H, d_model], which on a wide model are H
+    times the residual stream; the same values to float rounding."""
+
+    def __init__(self, patch: Any, x: torch.Tensor, first: int, n_layers: int, n_heads: int,
+                 summed: bool = False) -> None:
         if first != 0 or patch.input_values is None:
             raise ValueError("edge patching runs from the embedding and needs the input's replacement")
         self.layout = EdgeLayout(n_layers, n_heads)
@@ -47,10 +53,15 @@ class EdgePatch:
             self._keep(patch.input_values[:, :, None], own_input[:, :, None])
         else:
             self.edges = patch.edges.to(x.dtype)  # [b - a, U, R]
-            self.diffs = [(self._rows(patch.input_values) - own_input).detach()]  # per sender [b - a, T, d]
+            # per sender [b - a, T, d]; summed, a block's heads are one _HeadDiffs
+            self.diffs: list[Any] = [(self._rows(patch.input_values) - own_input).detach()]
+        self.summed = summed and not self.single
 
     def _rows(self, values: torch.Tensor) -> torch.Tensor:
         """The replacement values of the edge rows (Patch.values' row r mod b rule)."""
+        b = values.shape[0]
+        if self.b - self.a == b and self.a % b == 0:  # the edge rows are one whole copy: no repeat
+            return values
         return repeat_rows_to(values, self.n)[self.a : self.b]
 
     def _keep(self, values: torch.Tensor, own: torch.Tensor) -> None:
@@ -63,6 +74,13 @@ class EdgePatch:
             slot, at = self.sender[rows] - self.written, rows + self.a
             self.picked[rows] = (values[at % values.shape[0], :, slot] - own[rows, :, slot]).detach()
         self.written += k
+
+    def wrote_heads(self, values: torch.Tensor, z: torch.Tensor, patched: torch.Tensor, W_O: torch.Tensor) -> None:
+        """Summed: a block's heads were just written, values [b, T, H, d] their replacements, z
+        [B, H, T, k] and patched bool [B, H] (node patching: such a head wrote its replacement)."""
+        rows = slice(self.a, self.b)
+        self.diffs.append(_HeadDiffs(self._rows(values).detach(), z[rows].detach(),
+                                     (~patched[rows]).to(z.dtype), W_O.detach()))
 
     def wrote(self, values: torch.Tensor, out: torch.Tensor) -> None:
         """Senders of one kind just written: values [b, T, n, d] (replacements), out [B, T, n, d]."""
@@ -82,13 +100,58 @@ class EdgePatch:
             rows = ((self.reader >= lo) & (self.reader < hi)).nonzero().flatten()
             out[rows, :, self.reader[rows] - lo] = self.picked[rows]
             return out
+        if self.summed:
+            return self._summed_delta(lo, hi)
         diffs = torch.stack(self.diffs, dim=2)  # [rows, T, u, d]
         return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], lo:hi], diffs)
 
-    def head_deltas(self, layer: int) -> tuple[tuple[int, int], torch.Tensor] | None:
+    def _summed_delta(self, lo: int, hi: int) -> torch.Tensor:
+        """_delta over senders kept as single differences and as blocks of heads (_HeadDiffs)."""
+        out, u = None, 0
+        for part in self.diffs:
+            count = part.count if isinstance(part, _HeadDiffs) else 1
+            w = self.edges[:, u : u + count, lo:hi]  # [rows, count, r]
+            u += count
+            if not bool(w.any()):
+                continue
+            c = part.delta(w) if isinstance(part, _HeadDiffs) else w[:, 0, None, :, None] * part[:, :, None]
+            out = c if out is None else out + c
+        if out is None:  # patched readers whose senders are all still to come (none, in forward order)
+            first = self.diffs[0]
+            return first.new_zeros(first.shape[0], first.shape[1], hi - lo, first.shape[2])
+        return out
+
+    def head_deltas(self, layer: int, attn: Any = None) -> tuple[tuple[int, int], Any] | None:
+        """((a, b), delta [b - a, T, 3H, d]) what block `layer`'s q, k and v readers add to x; summed
+        and given the block's weights (attn), the differences of q, k and v themselves, a tuple of
+        three [b - a, H, T, k], made without the [b - a, T, 3H, d] one (3H times the residual)."""
         r0, H = self.layout.first_reader(layer), self.layout.n_heads
-        delta = self._delta(slice(r0, r0 + 3 * H))
+        if self.summed and attn is not None:
+            delta = self._projected(r0, H, attn) if any(self.active[r0 : r0 + 3 * H]) else None
+        else:
+            delta = self._delta(slice(r0, r0 + 3 * H))
         return None if delta is None else ((self.a, self.b), delta)
+
+    def _projected(self, r0: int, H: int, attn: Any) -> tuple[torch.Tensor, ...] | None:
+        """Summed: the q, k, v differences of the 3H head readers from r0 on, each [rows, H, T, k]:
+        a single sender's difference is projected once per head and weighted per row; a block of
+        heads (readers in a later block) sums its differences first (_HeadDiffs.delta)."""
+        Ws = (attn.W_Q, attn.W_K, attn.W_V)
+        out, u = [None, None, None], 0
+        for part in self.diffs:
+            count = part.count if isinstance(part, _HeadDiffs) else 1
+            w = self.edges[:, u : u + count, r0 : r0 + 3 * H]  # [rows, count, 3H]
+            u += count
+            if not bool(w.any()):
+                continue
+            full = part.delta(w) if isinstance(part, _HeadDiffs) else None  # [rows, T, 3H, d]
+            for i, W in enumerate(Ws):
+                if full is None:  # one sender: (diff @ W_h) times each row's weight for reader h
+                    p = torch.einsum("btd,hdk->bhtk", part, W) * w[:, 0, i * H : (i + 1) * H, None, None]
+                else:
+                    p = torch.einsum("bthd,hdk->bhtk", full[:, :, i * H : (i + 1) * H], W)
+                out[i] = p if out[i] is None else out[i] + p
+        return None if out[0] is None else tuple(out)  # every part computes all three, or none does
 
     def mlp_input(self, x: torch.Tensor, layer: int) -> torch.Tensor:
         r = self.layout.first_reader(layer) + 3 * self.layout.n_heads
@@ -98,6 +161,31 @@ class EdgePatch:
     def logits_input(self, x: torch.Tensor) -> torch.Tensor:
         delta = self._delta(slice(self.n_readers - 1, None))
         return x if delta is None else add_rows(x, self.a, self.b, delta[:, :, 0])
+
+
+class _HeadDiffs:
+    """A block's heads as senders of a summed run: each head's replacement minus what it wrote,
+    z_h W_O[h], kept as z (d_head wide) and the replacements, so a reader's sum over the heads is two
+    products instead of H differences of d_model each."""
+
+    FEW_READERS = 4
+    """Up to this many readers (an MLP, the logits) the heads' writes are summed per reader from z;
+    more (the next block's q, k and v) make the per-head outputs once."""
+
+    def __init__(self, values: torch.Tensor, z: torch.Tensor, keep: torch.Tensor, W_O: torch.Tensor) -> None:
+        self.values, self.z, self.keep, self.W_O = values, z, keep, W_O  # [rows, T, H, d], [rows, H, T, k], [rows, H]
+        self.count = z.shape[1]
+
+    def delta(self, w: torch.Tensor) -> torch.Tensor:
+        """[rows, T, r, d]: sum over heads h of w[:, h, r] (replacement_h - written_h); w [rows, H, r]."""
+        w = w * self.keep[:, :, None]  # a node-patched head wrote its replacement: no difference
+        replaced = torch.einsum("btud,bur->btrd", self.values, w)
+        if w.shape[2] <= self.FEW_READERS:
+            written = torch.stack([torch.einsum("bhtk,hkd->btd", self.z * w[:, :, r, None, None], self.W_O)
+                                   for r in range(w.shape[2])], dim=2)
+        else:
+            written = torch.einsum("bur,btud->btrd", w, torch.einsum("bhtk,hkd->bthd", self.z, self.W_O))
+        return replaced - written
 
 
 def add_rows(x: torch.Tensor, a: int, b: int, delta: torch.Tensor) -> torch.Tensor:

@@ -142,8 +142,8 @@ class Transformer(nn.Module):
         short (fewer PAD tokens, or none: the unpadded input), so one padded batch can hold inputs
         of every padded and unpadded shape. Outputs at absent positions are meaningless.
 
-        sum_heads: sum the heads from z without making each head's output (`_written`; with neither
-        return_acts nor edges): the same logits to float rounding, never for a high-level model."""
+        sum_heads: sum the heads from z, not making each head's output (`_written`; not with return_acts
+        nor a Patch of one edge a row): the same logits to float rounding, never for a high-level model."""
         real = attention_mask.bool()
         first, x = self._entering(tokens, real, patch, return_acts, start)
         allowed = self._allowed(real, present)
@@ -152,21 +152,21 @@ class Transformer(nn.Module):
         # the same gradient values)
         values = None if patch is None else patch.values.unbind(0)
         H = self.n_heads
-        edges = None if patch is None or patch.edges is None else EdgePatch(patch, x, first, self.n_layers, H)
+        edges = None if patch is None or patch.edges is None else EdgePatch(
+            patch, x, first, self.n_layers, H, summed=sum_heads and not return_acts)
+        summed = sum_heads and not return_acts and (edges is None or edges.summed)
         acts = []
-        summed = sum_heads and not return_acts and edges is None
         for layer in range(first, self.n_layers):
             block = self.blocks[layer]
             if summed:
-                x = x + self._written(block.attn, x, allowed, patch, values, layer) + block.attn.b_O
+                x = self._summed_heads(block.attn, x, allowed, patch, values, layer, edges)
             else:
                 result = self._heads(block.attn, x, allowed, None if edges is None else edges.head_deltas(layer))
                 if patch is not None:
-                    m = patch.mask[:, layer, :H]
-                    result = _replace_rows(m[:, None, :, None], values[layer][:, :, :H], result)
+                    result = _replace_rows(patch.mask[:, layer, :H][:, None, :, None], values[layer][:, :, :H], result)
                 x = x + result.sum(dim=2) + block.attn.b_O
-            if edges is not None:
-                edges.wrote(values[layer][:, :, :H], result)
+                if edges is not None:
+                    edges.wrote(values[layer][:, :, :H], result)
             mlp_out = self._mlp(block.mlp, x if edges is None else edges.mlp_input(x, layer))  # [B, T, d]
             if patch is not None:
                 m = patch.mask[:, layer, H]
@@ -315,7 +315,16 @@ class Transformer(nn.Module):
         allowed = (tri[None] & real[:, None, :])[:, None]
         return allowed if keys is None else allowed & keys
 
-    def _written(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None, patch: Patch | None,
+    def _summed_heads(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None, patch: Patch | None,
+                      values: Sequence[torch.Tensor] | None, layer: int, edges: EdgePatch | None) -> torch.Tensor:
+        """x plus the block's heads summed from z (sum_heads), their q/k/v reading edge patches and
+        what they wrote kept for later readers (EdgePatch summed)."""
+        z = self._z(attn, x, allowed, None if edges is None else edges.head_deltas(layer, attn))
+        if edges is not None:
+            edges.wrote_heads(values[layer][:, :, : self.n_heads], z, patch.mask[:, layer, : self.n_heads], attn.W_O)
+        return x + self._written(attn, z, patch, values, layer) + attn.b_O
+
+    def _written(self, attn: nn.Module, z: torch.Tensor, patch: Patch | None,
                  values: Sequence[torch.Tensor] | None, layer: int) -> torch.Tensor:
         """[batch, pos, d_model]: the sum of the heads' outputs, each row's patched heads reading their
         `values` (Patch), without the per-head outputs [batch, pos, H, d_model] (H times the residual
@@ -323,8 +332,7 @@ class Transformer(nn.Module):
         keeps, plus the values of the (row, head)s it patches. Equal to summing _heads' output after
         patching, to float rounding (tested), gradients included. A compiled (Tracr) high-level model
         never takes it: its interchange labels at near-ties follow its arithmetic (case 26: 10 of 421
-        IIT labels of a batch moved)."""
-        z = self._z(attn, x, allowed)  # [B, H, T, k]
+        IIT labels of a batch moved). z [B, H, T, k]: the heads' (_z)."""
         m = None if patch is None else patch.mask[:, layer, : self.n_heads]  # [B, H]
         if m is None or not bool(m.any()):
             return torch.einsum("bhtk,hkd->btd", z, attn.W_O)
@@ -341,15 +349,18 @@ class Transformer(nn.Module):
         return torch.einsum("bhtk,hkd->bthd", self._z(attn, x, allowed, deltas), attn.W_O)
 
     def _z(self, attn: nn.Module, x: torch.Tensor, allowed: torch.Tensor | None,
-           deltas: tuple[tuple[int, int], torch.Tensor] | None = None) -> torch.Tensor:
-        """The heads' z [batch, H, pos, d_head] (see _heads)."""
+           deltas: tuple[tuple[int, int], Any] | None = None) -> torch.Tensor:
+        """The heads' z [batch, H, pos, d_head] (see _heads; deltas may come projected already, a
+        tuple of the q, k and v differences [b - a, H, pos, d_head]: EdgePatch.head_deltas)."""
         q = torch.einsum("btd,hdk->bhtk", x, attn.W_Q) + attn.b_Q[:, None]
         k = torch.einsum("btd,hdk->bhtk", x, attn.W_K) + attn.b_K[:, None]
         v = torch.einsum("btd,hdk->bhtk", x, attn.W_V) + attn.b_V[:, None]
         if deltas is not None:
             (a, b), delta = deltas
-            q, k, v = (add_rows(t, a, b, torch.einsum("bthd,hdk->bhtk", dt, W))
-                       for t, dt, W in zip((q, k, v), delta.chunk(3, dim=2), (attn.W_Q, attn.W_K, attn.W_V)))
+            if not isinstance(delta, tuple):
+                delta = tuple(torch.einsum("bthd,hdk->bhtk", dt, W)
+                              for dt, W in zip(delta.chunk(3, dim=2), (attn.W_Q, attn.W_K, attn.W_V)))
+            q, k, v = (add_rows(t, a, b, dt) for t, dt in zip((q, k, v), delta))
         return self._attend(q, k, v, allowed)  # [B, H, T, k]
 
     def _attend(self, q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, allowed: torch.Tensor | None) -> torch.Tensor:

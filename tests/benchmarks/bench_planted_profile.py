@@ -118,8 +118,10 @@ def _child(name: str, epochs: str, threads: str, root: str) -> None:
     wall0, cpu0 = time.perf_counter(), time.process_time()
     clock = Clock()
     _instrument(clock)
+    from zoo.cli import keep_freed_memory
     from zoo.cli import main as zoo_main
 
+    keep_freed_memory()  # as the console script does (main(argv) with a list leaves the allocator alone)
     code = zoo_main(["train", "planted", name, "--epochs", epochs, "--threads", threads, "--root", root, "--json"])
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     print(json.dumps({"code": code, "wall": wall, "cpu": cpu, "phases_wall": clock.wall,

@@ -13,8 +13,8 @@ siit.edge_runs). Each configuration runs in its own process, default and lean al
 pairs); the medians over runs are reported with their ratio.
 
 Usage: python tests/benchmarks/bench_wide_step.py [--layers 2] [--heads 49] [--steps 8] [--runs 1]
-[--edges 64] [--compare DIR] [--planted NAME]. --compare DIR runs the default configuration of the zoo checked out
-in DIR (`git archive REV | tar -x -C DIR`) as a third column; --planted NAME measures that planted
+[--edges 64] [--compare DIR] [--planted NAME] [--strict-edges]. --compare DIR runs both configurations of the zoo checked out
+in DIR (`git archive REV | tar -x -C DIR`) as two more columns; --planted NAME measures that planted
 model as it trains (its own architecture) instead of the wide one.
 """
 
@@ -32,7 +32,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def measure(layers: int, heads: int, steps: int, lean: int = 0, edges: int = 64, planted: str = "") -> dict[str, float]:
+def measure(layers: int, heads: int, steps: int, lean: int = 0, edges: int = 64, planted: str = "",
+            strict_edges: int = 0) -> dict[str, float]:
     """Steps and one check of the wide model (or of the planted model `planted`), in this process."""
     import dataclasses
 
@@ -46,9 +47,10 @@ def measure(layers: int, heads: int, steps: int, lean: int = 0, edges: int = 64,
     from siit.trainer import _start, prepare
 
     torch.set_num_threads(1)
+    _as_zoo_process()
     task = (get_planted(planted) if planted else
             dataclasses.replace(distribution_shift(), n_layers=layers, n_heads=heads, d_head=2))
-    config = TrainConfig(epochs=4, n_val=256, strict_edges=False, **({"lean_activations": True} if lean else {}))
+    config = TrainConfig(epochs=4, n_val=256, strict_edges=bool(strict_edges), **({"lean_activations": True} if lean else {}))
     t0 = time.perf_counter()
     s = prepare(task, config)
     prepared = time.perf_counter() - t0
@@ -74,13 +76,25 @@ def measure(layers: int, heads: int, steps: int, lean: int = 0, edges: int = 64,
             "busy_nodes": len(s.targets.distractors) if s.targets else 0}
 
 
+def _as_zoo_process() -> None:
+    """The allocator settings a `zoo` command runs with (zoo.cli.keep_freed_memory): without them a
+    wide model's step maps its [batch, pos, heads, d_model] temporaries afresh each time, and the
+    page faults (system time) doubled what a large-circuit step measured here against `zoo train`.
+    A checkout from before the setting (--compare) runs without it."""
+    try:
+        from zoo.cli import keep_freed_memory
+    except ImportError:
+        return
+    keep_freed_memory()
+
+
 def _child(checkout: Path, args: argparse.Namespace, lean: bool) -> dict[str, float]:
     code = ("import json, sys; sys.path.insert(0, sys.argv[1]); sys.path.insert(1, sys.argv[2]);"
-            "from bench_wide_step import measure; print(json.dumps(measure(*map(int, sys.argv[3:8]), *sys.argv[8:])))")
+            "from bench_wide_step import measure; print(json.dumps(measure(*map(int, sys.argv[3:8]), sys.argv[8], int(sys.argv[9]))))")
     env = {**os.environ, "PYTHONPATH": str(checkout)}
     out = subprocess.run([sys.executable, "-c", code, str(checkout), str(Path(__file__).parent),
                           str(args.layers), str(args.heads), str(args.steps), str(int(lean)), str(args.edges),
-                          args.planted],
+                          args.planted, str(int(args.strict_edges))],
                          env=env, capture_output=True, text=True, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
@@ -95,16 +109,20 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--compare", type=Path, default=None)
     parser.add_argument("--planted", default="", metavar="NAME",
                         help="measure this planted model (e.g. causal-bench-12x12) instead of the wide one")
+    parser.add_argument("--strict-edges", action="store_true",
+                        help="steps with edge-level strictness rows (the failure-mode families' and large-circuit's "
+                             "training); the check stays node-level")
     args = parser.parse_args(argv)
     configs = {"default": (ROOT, False), "lean_activations": (ROOT, True)}
     if args.compare is not None:
-        configs = {f"default @ {args.compare}": (args.compare, False), **configs}
+        configs = {f"default @ {args.compare}": (args.compare, False),
+                   f"lean_activations @ {args.compare}": (args.compare, True), **configs}
     runs: dict[str, list[dict[str, float]]] = {k: [] for k in configs}
     for _ in range(args.runs):
         for name, (path, lean) in configs.items():
             runs[name].append(_child(path, args, lean))
     shape = {"planted": args.planted} if args.planted else {"layers": args.layers, "heads": args.heads, "d_head": 2}
-    result = {**shape, "steps": args.steps, "runs": args.runs,
+    result = {**shape, "steps": args.steps, "runs": args.runs, "strict_edges": args.strict_edges,
               "configs": {name: {key: statistics.median(r[key] for r in rs) for key in rs[0]}
                           for name, rs in runs.items()}}
     before, after = result["configs"]["default"], result["configs"]["lean_activations"]

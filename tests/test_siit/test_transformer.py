@@ -203,3 +203,38 @@ def test_summed_heads_equal_the_patched_per_head_outputs(causal: bool) -> None:
         # without a patch, and when asked for activations (which need every head's output), the same
         assert torch.allclose(model(base, base_mask, sum_heads=True)[0], model(base, base_mask)[0], atol=1e-5)
         assert torch.equal(model(base, base_mask, return_acts=True, sum_heads=True)[1], base_acts)
+
+
+@pytest.mark.parametrize("causal", [True, False])
+def test_summed_heads_with_edge_patches_equal_the_per_head_pass(causal: bool) -> None:
+    """sum_heads with edge-level strictness rows (several edges a row, as training samples them):
+    the senders' differences kept as the heads' z and replacements (siit.edge_patch._HeadDiffs) give
+    the per-head pass's logits and gradients to float rounding, also where a node-patched head is a
+    patched edge's sender (it wrote its replacement: no difference), and for the next block's q/k/v
+    readers (many readers) as for the MLPs' and the logits' (few)."""
+    from siit.edges import EdgeLayout
+
+    cfg, model = _random_model(causal, "gelu", seed=21)
+    base, base_mask = _padded_batch(seed=22)
+    source, source_mask = _padded_batch(seed=23)
+    n, g = base.shape[0], 3
+    gen = torch.Generator().manual_seed(24)
+    _, source_acts = model(source, source_mask, return_acts=True)
+    layout = EdgeLayout(2, 3)
+    edges = (torch.rand(n, *layout.shape, generator=gen) < 0.3) & layout.valid()
+    mask = torch.rand(g * n, 2, 4, generator=gen) < 0.3
+    mask[n : 2 * n, 0, :3] = True  # edge rows whose block-0 heads are node-patched too
+    tokens, tmask = base.repeat(g, 1), base_mask.repeat(g, 1)
+    embed = model.input_embedding(source, source_mask)
+    runs = []
+    for summed in (False, True):
+        model.zero_grad()
+        patch = Patch(mask=mask, values=source_acts, edges=edges, edge_rows=(n, 2 * n), input_values=embed)
+        logits, _ = model(tokens, tmask, patch, sum_heads=summed)
+        (logits * torch.linspace(-1, 1, logits.numel()).reshape(logits.shape)).sum().backward(retain_graph=True)
+        runs.append((logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    (plain, plain_grad), (summed_logits, summed_grad) = runs
+    assert not torch.allclose(plain[n : 2 * n], model(base, base_mask)[0].detach(), atol=1e-3)  # the edges move it
+    assert torch.allclose(summed_logits, plain, atol=1e-5)
+    for name, grad in plain_grad.items():
+        assert (summed_grad[name] - grad).abs().max() <= 1e-5 * max(float(grad.abs().max()), 1.0), name

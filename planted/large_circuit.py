@@ -42,6 +42,10 @@ LAYERS, HEADS, D_HEAD = 1, 99, 2
 FIRST_QUERY = 4
 """The first query position a head fires at: the first with three distinct earlier positions to read;
 the MLP answers positions 1 to 3 with the token there."""
+MARGIN = 4.0
+"""The score gap each head's attention is trained to (CausalModel.saturation_margin): e^-4 of the mass per
+other key is enough to keep a head on its source; the saturation family's 8 held the busy heads' distractor
+R² near 0.8 here (docs/results.md)."""
 WEIGHTS = (1, 1, 2)
 """The answer's weights of the three heads' digits at a position (mod 5)."""
 PREDICTION = ("methods that keep or drop each edge against a threshold (acdc, over its τ grid) or pay a sparsity "
@@ -112,7 +116,7 @@ def large_circuit() -> PlantedTask:
                    for name, query, source in heads())
     answer = Node(name="m0", parents=tuple(n.name for n in copies), fn=_answer, reads_input=True,
                   label="answer: y_j = a + b + 2c (mod 5) of the three heads firing at j; y_j = x_j for j < 4")
-    model = CausalModel(node_list=(*copies, answer), first_value_id=1, n_values=VALUES)
+    model = CausalModel(node_list=(*copies, answer), first_value_id=1, n_values=VALUES, saturation_margin=MARGIN)
     values = tuple(range(VALUES))
     description = ("Large circuit: 31 nodes and 62 edges of a 100-component model; at each position j from 4 on, "
                    "three of 30 heads copy x_{j-1}, x_{j-2} and x_{e(j)}, and the MLP answers a + b + 2c (mod 5); "

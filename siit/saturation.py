@@ -22,7 +22,8 @@ from siit.correspondence import Correspondence
 from siit.transformer import Transformer
 
 MARGIN = 8.0
-"""Score gap between the keys a saturated head attends to and every other visible key (e^-8: 3e-4)."""
+"""Default score gap between the keys a saturated head attends to and every other visible key (e^-8:
+3e-4); a high-level model may set its own (planted.causal_model.CausalModel.saturation_margin)."""
 SATURATED = 0.99
 """Fraction of a head's real queries at the margin that training's criterion needs
 (siit.train_checks): an entry of the family is saturated, not only correct."""
@@ -39,6 +40,8 @@ class Saturation:
     keys: torch.Tensor
     """bool [n_heads, N, query pos, key pos]: the keys each head attends to, per input it was built on
     (training's: the training set; validation's: the validation set)."""
+    margin: float = MARGIN
+    """The score gap the heads are trained to and judged by (the high-level model's saturation_margin)."""
 
     @staticmethod
     def build(high: Any, corr: Correspondence, tokens: torch.Tensor, mask: torch.Tensor) -> Saturation | None:
@@ -50,7 +53,8 @@ class Saturation:
             return None
         heads = tuple(corr.mapping[n][0] for n in names)
         keys = high.attention_keys(tokens.cpu(), mask.cpu()).to(tokens.device)
-        return Saturation(heads=heads, slots=tuple(corr.low.slot(h) for h in heads), keys=keys)
+        return Saturation(heads=heads, slots=tuple(corr.low.slot(h) for h in heads), keys=keys,
+                          margin=float(getattr(high, "saturation_margin", MARGIN)))
 
 
 def head_scores(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
@@ -72,33 +76,34 @@ def gaps(scores: torch.Tensor, keys: torch.Tensor) -> tuple[torch.Tensor, torch.
     return torch.where(counted, low - high.clamp(min=-1e9), torch.zeros_like(low)), counted
 
 
-def margin_loss(scores: torch.Tensor, keys: torch.Tensor, query_mask: torch.Tensor) -> torch.Tensor:
-    """Mean hinge max(0, MARGIN - gap) over the counted queries of rows' real positions;
+def margin_loss(scores: torch.Tensor, keys: torch.Tensor, query_mask: torch.Tensor,
+                margin: float = MARGIN) -> torch.Tensor:
+    """Mean hinge max(0, margin - gap) over the counted queries of rows' real positions;
     query_mask bool [B, T] (the positions whose query counts)."""
     gap, counted = gaps(scores, keys)
     counted = counted & query_mask[None]
     if not bool(counted.any()):
         return scores.new_zeros(())
-    return torch.relu(MARGIN - gap[counted]).mean()
+    return torch.relu(margin - gap[counted]).mean()
 
 
 def saturated_fraction(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
                        saturation: Saturation, present: torch.Tensor | None = None) -> tuple[torch.Tensor, ...]:
     """On the inputs `saturation` was built on: float [n_heads] the fraction of each head's real
-    queries whose gap reaches MARGIN, then the gaps [n_heads, B, T], the counted queries bool
+    queries whose gap reaches its margin, then the gaps [n_heads, B, T], the counted queries bool
     [n_heads, B, T] and the scores [n_heads, B, T, T]."""
     with torch.no_grad():
         scores = head_scores(model, tokens, mask, acts, saturation.slots, present)
         gap, counted = gaps(scores, saturation.keys)
         counted = counted & (mask.bool() if present is None else mask.bool() & present)[None]
-        hit = ((gap >= MARGIN) & counted).sum((1, 2)) / counted.sum((1, 2)).clamp(min=1)
+        hit = ((gap >= saturation.margin) & counted).sum((1, 2)) / counted.sum((1, 2)).clamp(min=1)
     return hit, gap, counted, scores
 
 
 def saturation_report(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,
                       saturation: Saturation, present: torch.Tensor | None = None) -> list[dict[str, Any]]:
     """Per saturated head on these inputs (`saturation.keys` built on them): the gap's minimum and
-    median over real queries, the fraction at or above MARGIN, and the largest softmax mass outside
+    median over real queries, the fraction at or above its margin, and the largest softmax mass outside
     the head's keys."""
     hit, gap, counted, scores = saturated_fraction(model, tokens, mask, acts, saturation, present)
     with torch.no_grad():
@@ -107,7 +112,7 @@ def saturation_report(model: Transformer, tokens: torch.Tensor, mask: torch.Tens
     rows = []
     for i, head in enumerate(saturation.heads):
         g = gap[i][counted[i]]
-        rows.append({"head": head, "margin": MARGIN, "queries": int(g.numel()),
+        rows.append({"head": head, "margin": saturation.margin, "queries": int(g.numel()),
                      "min_gap": round(float(g.min()), 3), "median_gap": round(float(g.median()), 3),
                      "saturated": round(float(hit[i]), 4), "criterion": SATURATED,
                      "max_mass_outside": float(outside[i][counted[i]].max())})

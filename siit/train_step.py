@@ -230,7 +230,7 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         aux = config.distractor_weight * d_loss + c_loss
     if keys is not None:
         scores = head_scores(trainee.model, tokens, mask, acts, s.saturation.slots, present)
-        sat = margin_loss(scores, keys, positions if present is None else positions & present)
+        sat = margin_loss(scores, keys, positions if present is None else positions & present, s.saturation.margin)
         out["saturation"] = float(sat.detach())
         aux = aux + sat
     return (acts if config.source_gradient else acts.detach()), aux

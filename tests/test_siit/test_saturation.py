@@ -78,3 +78,26 @@ def test_duplicate_keys_are_the_matches_where_the_node_fires_and_bos_elsewhere()
     assert not (keys[..., 1:] & ~same[..., 1:]).any()  # a key of a firing query holds the query's value
     assert torch.equal(task.model.attention_keys(tokens, mask)[0], keys)
     assert task.model.saturated == ("a0.h0",)
+
+
+def test_a_high_level_model_sets_its_heads_margin() -> None:
+    """CausalModel.saturation_margin reaches the loss, the saturated fraction and validation's report
+    (through Saturation.build); the saturation family keeps MARGIN, large-circuit trains to 4."""
+    import dataclasses
+
+    import pytest
+
+    from siit.config import TrainConfig
+    from siit.trainer import prepare
+
+    assert get_planted("saturation").model.saturation_margin == MARGIN == 8.0
+    task = get_planted("large-circuit")
+    assert task.model.saturation_margin == 4.0
+    assert prepare(task, TrainConfig(n_train=64, n_val=32, batch_size=16, epochs=1)).saturation.margin == 4.0
+    scores = torch.tensor([[[[0.0, 5.0, 2.0]]]])  # gap 3: below 4 by 1, below 8 by 5
+    keys = torch.tensor([[[[False, True, False]]]])
+    query = torch.ones(1, 1, dtype=torch.bool)
+    assert math.isclose(float(margin_loss(scores, keys, query, 4.0)), 1.0)
+    assert math.isclose(float(margin_loss(scores, keys, query)), MARGIN - 3.0)
+    with pytest.raises(ValueError, match="saturation_margin must be positive"):
+        dataclasses.replace(task.model, saturation_margin=0.0)

@@ -166,29 +166,41 @@ def test_start_at_a_block_and_shared_patch_values_equal_the_full_patched_run(cau
             model(tokens[:-1], tmask[:-1], start=(1, resid[1]))
 
 
+def _stacked(causal: bool, seed: int):
+    """A random model, a padded base batch stacked as 3 groups and a source run's activations: the
+    shape of training's stacked run (model, base, base_mask, source, source_mask, source_acts, gen)."""
+    _, model = _random_model(causal, "gelu", seed=seed)
+    base, base_mask = _padded_batch(seed=seed + 1)
+    source, source_mask = _padded_batch(seed=seed + 2)
+    _, source_acts = model(source, source_mask, return_acts=True)
+    return model, base, base_mask, source, source_mask, source_acts, torch.Generator().manual_seed(seed + 3)
+
+
+def _per_head_and_summed(model, tokens, tmask, patch: Patch, **kwargs):
+    """((logits, grads) of the per-head pass, the same of sum_heads) for one patched stacked run."""
+    runs = []
+    for summed in (False, True):
+        model.zero_grad()
+        logits, _ = model(tokens, tmask, patch, sum_heads=summed, **kwargs)
+        (logits * torch.linspace(-1, 1, logits.numel()).reshape(logits.shape)).sum().backward(retain_graph=True)
+        runs.append((logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
+    return runs
+
+
 @pytest.mark.parametrize("causal", [True, False])
 def test_summed_heads_equal_the_patched_per_head_outputs(causal: bool) -> None:
     """sum_heads (the heads' sum from z, only the patched (row, head)s replaced: what training's
     stacked run and the checks take) gives the default pass's logits and gradients to float
     rounding, for values shared by stacked groups, partial input shapes and a later start block."""
-    cfg, model = _random_model(causal, "gelu", seed=11)
-    base, base_mask = _padded_batch(seed=12)
-    source, source_mask = _padded_batch(seed=13)
+    model, base, base_mask, _, _, source_acts, gen = _stacked(causal, seed=11)
     n, g = base.shape[0], 3
-    gen = torch.Generator().manual_seed(14)
-    _, source_acts = model(source, source_mask, return_acts=True)
     mask = torch.rand(g * n, 2, 4, generator=gen) < 0.4
     mask[:n] = False  # a group that patches nothing
     present = torch.ones(g * n, base.shape[1], dtype=torch.bool)
     present[1::3, 4:] = False  # rows cut short (the unpadded shapes)
     tokens, tmask = base.repeat(g, 1), base_mask.repeat(g, 1)
-    runs = []
-    for summed in (False, True):
-        model.zero_grad()
-        logits, _ = model(tokens, tmask, Patch(mask=mask, values=source_acts), present=present, sum_heads=summed)
-        (logits * torch.linspace(-1, 1, logits.numel()).reshape(logits.shape)).sum().backward(retain_graph=True)
-        runs.append((logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
-    (plain, plain_grad), (summed_logits, summed_grad) = runs
+    (plain, plain_grad), (summed_logits, summed_grad) = _per_head_and_summed(
+        model, tokens, tmask, Patch(mask=mask, values=source_acts), present=present)
     assert torch.allclose(summed_logits, plain, atol=1e-5)
     for name, grad in plain_grad.items():
         # float rounding of sums over every row, relative to the gradient (b_K: zero, up to rounding)
@@ -214,26 +226,16 @@ def test_summed_heads_with_edge_patches_equal_the_per_head_pass(causal: bool) ->
     readers (many readers) as for the MLPs' and the logits' (few)."""
     from siit.edges import EdgeLayout
 
-    cfg, model = _random_model(causal, "gelu", seed=21)
-    base, base_mask = _padded_batch(seed=22)
-    source, source_mask = _padded_batch(seed=23)
+    model, base, base_mask, source, source_mask, source_acts, gen = _stacked(causal, seed=21)
     n, g = base.shape[0], 3
-    gen = torch.Generator().manual_seed(24)
-    _, source_acts = model(source, source_mask, return_acts=True)
     layout = EdgeLayout(2, 3)
     edges = (torch.rand(n, *layout.shape, generator=gen) < 0.3) & layout.valid()
     mask = torch.rand(g * n, 2, 4, generator=gen) < 0.3
     mask[n : 2 * n, 0, :3] = True  # edge rows whose block-0 heads are node-patched too
     tokens, tmask = base.repeat(g, 1), base_mask.repeat(g, 1)
     embed = model.input_embedding(source, source_mask)
-    runs = []
-    for summed in (False, True):
-        model.zero_grad()
-        patch = Patch(mask=mask, values=source_acts, edges=edges, edge_rows=(n, 2 * n), input_values=embed)
-        logits, _ = model(tokens, tmask, patch, sum_heads=summed)
-        (logits * torch.linspace(-1, 1, logits.numel()).reshape(logits.shape)).sum().backward(retain_graph=True)
-        runs.append((logits.detach(), {k: p.grad.clone() for k, p in model.named_parameters()}))
-    (plain, plain_grad), (summed_logits, summed_grad) = runs
+    patch = Patch(mask=mask, values=source_acts, edges=edges, edge_rows=(n, 2 * n), input_values=embed)
+    (plain, plain_grad), (summed_logits, summed_grad) = _per_head_and_summed(model, tokens, tmask, patch)
     assert not torch.allclose(plain[n : 2 * n], model(base, base_mask)[0].detach(), atol=1e-3)  # the edges move it
     assert torch.allclose(summed_logits, plain, atol=1e-5)
     for name, grad in plain_grad.items():

@@ -12,7 +12,7 @@ large-circuit (family `large-circuit`; values 0-4, lengths 3-13):
   earlier positions, so no two heads carry the same value on every input and none carries the token the
   MLP reads at its own position. Both held training's IIA back on exactly those heads: a first design
   had three heads copying x_1 at position 2 (IIA 0.98 at best after 1400 steps), a second a head copying
-  x_j at position j (its ten such heads the lowest ten at step 525, IIA 0.93); the behaviour never tells
+  x_j at position j (IIA 0.93 at step 525, its eight lowest nodes all such heads); the behaviour never tells
   such a head from its twin or from the embedding. Each head fires at one query position (it attends to its source there, to BOS
   elsewhere), so the MLP adds three digits at a position, and each of the 31 nodes changes the answer at
   its position (about 80% of resampled pairs there; the MLP everywhere). One layer keeps the model's q/k/v edges at about 500, so every edge is

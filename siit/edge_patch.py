@@ -105,15 +105,21 @@ class EdgePatch:
         diffs = torch.stack(self.diffs, dim=2)  # [rows, T, u, d]
         return torch.einsum("bur,btud->btrd", self.edges[:, : diffs.shape[2], lo:hi], diffs)
 
-    def _summed_delta(self, lo: int, hi: int) -> torch.Tensor:
-        """_delta over senders kept as single differences and as blocks of heads (_HeadDiffs)."""
-        out, u = None, 0
+    def _parts(self, lo: int, hi: int):
+        """Summed: (part, w [rows, count, r]) of each kept sender part (a single difference [rows, T, d]
+        or a block's _HeadDiffs) that some row patches into readers lo..hi-1."""
+        u = 0
         for part in self.diffs:
             count = part.count if isinstance(part, _HeadDiffs) else 1
-            w = self.edges[:, u : u + count, lo:hi]  # [rows, count, r]
+            w = self.edges[:, u : u + count, lo:hi]
             u += count
-            if not bool(w.any()):
-                continue
+            if bool(w.any()):
+                yield part, w
+
+    def _summed_delta(self, lo: int, hi: int) -> torch.Tensor:
+        """_delta over senders kept as single differences and as blocks of heads (_HeadDiffs)."""
+        out = None
+        for part, w in self._parts(lo, hi):
             c = part.delta(w) if isinstance(part, _HeadDiffs) else w[:, 0, None, :, None] * part[:, :, None]
             out = c if out is None else out + c
         if out is None:  # patched readers whose senders are all still to come (none, in forward order)
@@ -137,13 +143,8 @@ class EdgePatch:
         a single sender's difference is projected once per head and weighted per row; a block of
         heads (readers in a later block) sums its differences first (_HeadDiffs.delta)."""
         Ws = (attn.W_Q, attn.W_K, attn.W_V)
-        out, u = [None, None, None], 0
-        for part in self.diffs:
-            count = part.count if isinstance(part, _HeadDiffs) else 1
-            w = self.edges[:, u : u + count, r0 : r0 + 3 * H]  # [rows, count, 3H]
-            u += count
-            if not bool(w.any()):
-                continue
+        out = [None, None, None]
+        for part, w in self._parts(r0, r0 + 3 * H):  # w [rows, count, 3H]
             full = part.delta(w) if isinstance(part, _HeadDiffs) else None  # [rows, T, 3H, d]
             for i, W in enumerate(Ws):
                 if full is None:  # one sender: (diff @ W_h) times each row's weight for reader h

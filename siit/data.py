@@ -53,6 +53,15 @@ class Dataset:
                                    high_acts=move(self.high_acts), present=move(self.present),
                                    shape_ids=move(self.shape_ids))
 
+    def take(self, rows: torch.Tensor | slice) -> Dataset:
+        """The rows `rows` (long indices or a slice) of every tensor, in that order."""
+        pick = lambda t: None if t is None else t[rows]  # noqa: E731
+        index = range(len(self))[rows] if isinstance(rows, slice) else rows.tolist()
+        return Dataset(tokens=self.tokens[rows], mask=self.mask[rows], lengths=self.lengths[rows],
+                       labels=self.labels[rows], high_acts=self.high_acts[:, rows],
+                       seqs=tuple(self.seqs[i] for i in index), present=pick(self.present),
+                       shape_ids=pick(self.shape_ids))
+
     @property
     def label_mask(self) -> torch.Tensor:
         """bool [N, n_ctx]: positions that carry a label (input positions: not BOS, not PAD)."""

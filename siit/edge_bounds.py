@@ -25,12 +25,12 @@ from typing import Any
 
 import torch
 
+from siit.bound_chunks import Chunk, SampleMeans, sample_chunks, sample_means
 from siit.edges import EdgeLayout
 from siit.effect_bounds import (BOUND, BOUND_ABLATIONS, BOUND_N, BOUND_SEED, CONFIDENCE, bound_sample,
                                  by_length_and_shape, cell_of)
 from siit.high_level import as_task
 from siit.edge_runs import edge_predictions, sender_outputs
-from siit.interventions import ablation_values, node_activations
 from siit.losses import agree
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
@@ -79,37 +79,42 @@ def edge_bounds(model: Transformer, evaluator: Evaluator, task: Any, *, n: int =
                           f"upper_95 <= {bound}; exact: every effect <= {bound}"}
 
 
-def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor,
-                 ablations: tuple[str, ...] = ("resample",)) -> dict[str, torch.Tensor]:
+def edge_changes(model: Transformer, ev: Evaluator, edges: torch.Tensor, ablations: tuple[str, ...] = ("resample",),
+                 per_chunk: int | None = None) -> dict[str, torch.Tensor]:
     """ablation -> bool [E, N, T]: labelled positions whose output changes (regression: by the
     tolerance or more) when edge (u, r) of `edges` (long [E, 2], EdgeLayout indices) alone reads
     sender u's output on the source (resample: ev.sources) or its mean over the sample, per position
     (mean), against the unpatched run. Each run starts at the edge's reader's block
-    (siit.edge_runs); the ablations share each pass (their rows stacked)."""
+    (siit.edge_runs); the ablations share each pass (their rows stacked); the sample runs chunk by
+    chunk of its rows (siit.bound_chunks; per_chunk rows, default what memory allows)."""
     d = ev.data
-    with torch.no_grad():
-        acts = node_activations(model, d.tokens, d.mask, d.present)  # [L, N, T, H + 1, d]
-        clean = ev.run_groups(model, torch.zeros(1, model.n_layers, model.n_heads + 1, dtype=torch.bool), acts=acts)[0]
-        embedding = model.input_embedding(d.tokens, d.mask)
-        # what each sender's output moves by: the input's, then each block's nodes; [K, U, N, T, d]
-        diffs = torch.stack([_sender_diffs(embedding, acts, ev, d.mask, kind) for kind in ablations])
     out = torch.zeros(len(ablations), edges.shape[0], *d.label_mask.shape, dtype=torch.bool)
-    for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, edges, ev.task_kind,
-                                        ev.sum_heads):
-        out[:, rows] = (~agree(preds, clean[None, None], ev.task_kind, ev.tolerance) & d.label_mask).cpu()
+    means = sample_means(model, ev, per_chunk) if "mean" in ablations else None
+    for chunk in sample_chunks(model, ev, per_chunk):
+        part = chunk.ev.data
+        with torch.no_grad():
+            no_patch = torch.zeros(1, model.n_layers, model.n_heads + 1, dtype=torch.bool)
+            clean = chunk.ev.run_groups(model, no_patch, acts=chunk.acts)[0]
+            embedding = model.input_embedding(part.tokens, part.mask)
+            # what each sender's output moves by: the input's, then each block's nodes; [K, U, n, T, d]
+            diffs = torch.stack([_sender_diffs(model, embedding, chunk, means, kind) for kind in ablations])
+        for rows, preds in edge_predictions(model, part.tokens, part.mask, part.present, chunk.acts, diffs, edges,
+                                            ev.task_kind, ev.sum_heads):
+            changed = ~agree(preds, clean[None, None], ev.task_kind, ev.tolerance) & part.label_mask
+            out[:, rows, chunk.rows] = changed.cpu()
+        del diffs
     return dict(zip(ablations, out))
 
 
-def _sender_diffs(embedding: torch.Tensor, acts: torch.Tensor, ev: Evaluator, mask: torch.Tensor,
+def _sender_diffs(model: Transformer, embedding: torch.Tensor, chunk: Chunk, means: SampleMeans | None,
                   ablation: str) -> torch.Tensor:
-    """[U, N, T, d]: how far each sender's output moves when ablated (the input's, then each block's
-    nodes in EdgeLayout's order): to its value on the source row (resample) or to its mean over the
-    sample at that position (mean, siit.interventions.ablation_values)."""
+    """[U, n, T, d]: how far each sender's output moves when ablated (the input's, then each block's
+    nodes in EdgeLayout's order), on the chunk's rows: to its value on the row's source (resample) or
+    to its mean over the whole sample at that position (mean, siit.bound_chunks.sample_means)."""
     if ablation == "resample":
-        emb, node = embedding[ev.sources], acts[:, ev.sources]
-    elif ablation == "mean":
-        emb = ablation_values(embedding[None, :, :, None], mask, "mean")[0, :, :, 0]
-        node = ablation_values(acts, mask, "mean")
+        emb, node = model.input_embedding(chunk.sources.tokens, chunk.sources.mask), chunk.source_acts
+    elif ablation == "mean" and means is not None:
+        emb, node = means.embedding, means.acts
     else:
         raise ValueError(f"no edge ablation {ablation!r}: resample or mean")
-    return sender_outputs(emb - embedding, node - acts)
+    return sender_outputs(emb - embedding, node - chunk.acts)

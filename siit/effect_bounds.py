@@ -29,7 +29,7 @@ import torch
 from eval.core.proportion_bound import upper_bound
 from siit.data import SHAPES, Dataset, pair_sources, with_shapes
 from siit.high_level import as_high_level, as_task
-from siit.interventions import ablation_values, node_activations
+from siit.bound_chunks import sample_chunks, sample_means
 from siit.losses import agree
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
@@ -155,21 +155,24 @@ def shape_names(data: Dataset) -> list[str]:
     return [SHAPES[i] for i in sorted(set(data.shape_ids.tolist()))]
 
 
-def _changes(model: Transformer, ev: Evaluator, outside: list[str]) -> dict[str, torch.Tensor]:
+def _changes(model: Transformer, ev: Evaluator, outside: list[str],
+             per_chunk: int | None = None) -> dict[str, torch.Tensor]:
     """ablation -> bool [nodes, N, T]: labelled positions whose output changes with the node alone
-    ablated (regression: by the tolerance or more), one stacked pass per ablation (run_groups)."""
-    d, low = ev.data, ev.correspondence.low
-    lm = d.label_mask
+    ablated (regression: by the tolerance or more), one stacked pass per ablation (run_groups), chunk
+    by chunk of the sample's rows (siit.bound_chunks; per_chunk rows, default what memory allows)."""
+    lm = ev.data.label_mask
+    out = {kind: torch.zeros(len(outside), *lm.shape, dtype=torch.bool) for kind in BOUND_ABLATIONS}
     if not outside:
-        return {kind: torch.zeros(0, *lm.shape, dtype=torch.bool) for kind in BOUND_ABLATIONS}
-    acts = node_activations(model, d.tokens, d.mask, d.present)
-    single = torch.stack([low.mask([node]) for node in outside])
-    clean = ev.run_groups(model, torch.zeros_like(single[:1]), acts=acts)[0]
-    values = {"resample": acts[:, ev.sources], "mean": ablation_values(acts, d.mask, "mean")}
-    out = {}
-    for kind in BOUND_ABLATIONS:
-        preds = ev.run_groups(model, single, values[kind], acts=acts)
-        out[kind] = (~agree(preds, clean[None], ev.task_kind, ev.tolerance) & lm[None]).cpu()
+        return out
+    single = torch.stack([ev.correspondence.low.mask([node]) for node in outside])
+    mean = sample_means(model, ev, per_chunk).acts
+    for chunk in sample_chunks(model, ev, per_chunk):
+        clean = chunk.ev.run_groups(model, torch.zeros_like(single[:1]), acts=chunk.acts)[0]
+        values = {"resample": chunk.source_acts, "mean": mean}
+        for kind in BOUND_ABLATIONS:
+            preds = chunk.ev.run_groups(model, single, values[kind], acts=chunk.acts)
+            changed = ~agree(preds, clean[None], ev.task_kind, ev.tolerance) & chunk.ev.data.label_mask[None]
+            out[kind][:, chunk.rows] = changed.cpu()
     return out
 
 

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+from collections.abc import Callable
 from typing import Any
 
 import torch
@@ -39,6 +40,9 @@ from siit.saturation import Saturation, saturation_report
 from siit.transformer import Transformer
 
 ABLATIONS = ("resample", "mean", "zero")
+PARTS = ("metrics and node effects", "node bound", "edge bound", "looks")
+"""What validate_model computes given the task, in order: told to its `stage` callback as each starts (a
+progress display; on planted large-circuit the bounds take minutes each)."""
 
 
 def _label_ties(evaluator: Evaluator, high: Any) -> dict[str, Any]:
@@ -56,17 +60,22 @@ def _label_ties(evaluator: Evaluator, high: Any) -> dict[str, Any]:
 
 
 def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *,
-                   evaluation: tuple[torch.Tensor, dict[str, Any]] | None = None) -> dict[str, Any]:
+                   evaluation: tuple[torch.Tensor, dict[str, Any]] | None = None,
+                   stage: Callable[[str], Any] | None = None) -> dict[str, Any]:
     """Metrics, per-node effects and circuit-ablated accuracy of `model` on the validation set, in
     every input shape the evaluator's data holds (padded, unpadded, partly padded); given the
     high-level `task` (or compiled case), also `effect_bounds`: the out-of-circuit bound proved on a
     fresh sample that can resolve it (siit.effect_bounds). evaluation: `model`'s clean node
     activations on the evaluator's data and Evaluator.evaluate's metrics from them, when the caller
-    has them (TrainResult.final_evaluation): the same numbers, not computed twice."""
+    has them (TrainResult.final_evaluation): the same numbers, not computed twice. stage: called with
+    each of PARTS as it starts (the bounds' only when given the task)."""
+    say = stage or (lambda part: None)
     corr, data = evaluator.correspondence, evaluator.data
+    say(PARTS[0])
     circuit = set(corr.aligned)
     acts, metrics = evaluation if evaluation is not None else (
         node_activations(model, data.tokens, data.mask, data.present), None)
+    metrics = copy.deepcopy(metrics) if metrics is not None else evaluator.evaluate(model, acts=acts)
     effects = _Effects.measure(model, evaluator, acts)
     node_rows = [
         {"node": n, "in_circuit": n in circuit, **effects.worst[n],
@@ -75,22 +84,15 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *
     ]
     outside_rows = [r for r in node_rows if not r["in_circuit"]]
     shapes, lm = effects.shapes, data.label_mask
-    bounds = {} if task is None else {"effect_bounds": effect_bounds(model, evaluator, task),
-                                      "edge_bounds": edge_bounds(model, evaluator, task)}
-    if corr.joint:  # a redundant circuit: how far one copy moves the logits beside the copies together
-        bounds["logit_shifts"] = logit_shifts(model, evaluator, acts)
-    high = None if task is None else as_task(task).high_level()
-    if hasattr(high, "interchange_ties"):  # a compiled high-level model: are its IIT labels its program's?
-        bounds["iit_label_ties"] = _label_ties(evaluator, high)
-    saturation = None if high is None else Saturation.build(high, corr, data.tokens, data.mask)
-    if saturation is not None:  # a family's saturated heads (siit.saturation): how sharp they are
-        bounds["saturation"] = saturation_report(model, data.tokens, data.mask, acts, saturation, data.present)
+    bounds = _task_sections(model, evaluator, task, acts, say)
+    say(PARTS[3])
+    looks = realism(model, evaluator, acts)
     return {
         "schema_version": 2,
         "n_sequences": len(data),
         "n_labelled_positions": int(lm.sum()),
         "input_shapes": list(shapes),
-        "metrics": copy.deepcopy(metrics) if metrics is not None else evaluator.evaluate(model, acts=acts),
+        "metrics": metrics,
         "node_effects": node_rows,
         "effect_definition": "fraction of labelled positions whose output changes under the ablation "
                              "(regression: by >= tolerance), relative to the unablated model; the "
@@ -110,9 +112,32 @@ def validate_model(model: Transformer, evaluator: Evaluator, task: Any = None, *
         "accuracy_non_circuit_ablated": effects.ablated_accuracy,
         "inert_circuit_nodes": [r["node"] for r in node_rows if r["inert"]],
         "tolerance": evaluator.tolerance if evaluator.task_kind == "regression" else None,
-        "realism": realism(model, evaluator, acts),
+        "realism": looks,
         "compute": device_record(device_of(data.tokens)).to_json(),  # float results differ by device
     }
+
+
+def _task_sections(model: Transformer, evaluator: Evaluator, task: Any, acts: torch.Tensor,
+                   say: Callable[[str], Any]) -> dict[str, Any]:
+    """validation.json's sections beyond the node effects: given the task, the node and edge bounds
+    (siit.effect_bounds, siit.edge_bounds), the compiled labels' ties and a family's saturated heads;
+    for a redundant circuit, its logit shifts."""
+    corr, data = evaluator.correspondence, evaluator.data
+    out: dict[str, Any] = {}
+    if task is not None:
+        say(PARTS[1])
+        out["effect_bounds"] = effect_bounds(model, evaluator, task)
+        say(PARTS[2])
+        out["edge_bounds"] = edge_bounds(model, evaluator, task)
+    if corr.joint:  # a redundant circuit: how far one copy moves the logits beside the copies together
+        out["logit_shifts"] = logit_shifts(model, evaluator, acts)
+    high = None if task is None else as_task(task).high_level()
+    if hasattr(high, "interchange_ties"):  # a compiled high-level model: are its IIT labels its program's?
+        out["iit_label_ties"] = _label_ties(evaluator, high)
+    saturation = None if high is None else Saturation.build(high, corr, data.tokens, data.mask)
+    if saturation is not None:  # a family's saturated heads (siit.saturation): how sharp they are
+        out["saturation"] = saturation_report(model, data.tokens, data.mask, acts, saturation, data.present)
+    return out
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)

@@ -16,17 +16,32 @@ def cpu_state(model) -> dict[str, Any]:
     return {k: v.detach().cpu() for k, v in model.state_dict().items()}  # entries hold CPU tensors
 
 
-def with_patching_checks(validation: dict[str, Any], compiled, result) -> dict[str, Any]:
+PATCHING_PARTS = ("inert edges", "edge patching")
+"""What with_patching_checks computes, in order (told to its `stage` callback as each starts)."""
+
+
+def with_patching_checks(validation: dict[str, Any], compiled, result, *, stage=None) -> dict[str, Any]:
     """siit's validation plus the checks made by patching the exported weights with eval (computed
     here so that siit's validation stays model-only): `inert_edges`, the labelled edges no
     counterfactual moves (issue 10), and `edge_effects`, whether the edge labels hold (issue 36)."""
     from siit.export import circuit_json
+
+    circuit, state = circuit_json(compiled, result.correspondence), cpu_state(result.model)
+    return patching_checks(validation, result.low_config, state, circuit, compiled, stage=stage)
+
+
+def patching_checks(validation: dict[str, Any], config, state, circuit, compiled, *, stage=None) -> dict[str, Any]:
+    """`validation` with `inert_edges` and `edge_effects` of the weights `state` (config.json's `config`,
+    circuit.json's `circuit`) added; stage: called with each of PATCHING_PARTS as it starts."""
     from zoo.edge_exactness import edge_section
     from zoo.inert_edges import inert_section
 
-    circuit, state = circuit_json(compiled, result.correspondence), cpu_state(result.model)
-    return {**validation, "inert_edges": inert_section(result.low_config, state, circuit, compiled),
-            "edge_effects": edge_section(result.low_config, state, circuit, compiled, validation.get("tolerance"))}
+    say = stage or (lambda part: None)
+    say(PATCHING_PARTS[0])
+    inert = inert_section(config, state, circuit, compiled)
+    say(PATCHING_PARTS[1])
+    return {**validation, "inert_edges": inert,
+            "edge_effects": edge_section(config, state, circuit, compiled, validation.get("tolerance"))}
 
 
 def with_edge_verdict(result, validation: dict[str, Any]):

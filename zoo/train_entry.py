@@ -144,12 +144,13 @@ class TrainedEntry:
 
 
 def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] | None,
-                progress: Callable[[int], Any] | None = None) -> TrainedEntry:
+                progress: Callable[[int], Any] | None = None, stage: Callable[[str], Any] | None = None) -> TrainedEntry:
     """Compile (cached), train to criterion, validate and write the entry of `case` to `dest` (or
     beside it, see write_entry_files); the checkpoint is removed once the entry is written. With
     options.all_views (a multi-task view), every other view of its bundle is written too, each to
     its default folder under the root. siit.trainer.TrainingInterrupted leaves the checkpoint in
-    checkpoint_dir(dest)."""
+    checkpoint_dir(dest). stage: told each part of the final validation as it starts (siit.validation.PARTS,
+    then zoo.entry_verdicts.PATCHING_PARTS)."""
     import torch
 
     from siit.trainer import train
@@ -174,7 +175,8 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
                       for name, (task, r, v) in views.items()}
     else:
         validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled,
-                                                         evaluation=result.final_evaluation), compiled, result)
+                                                         evaluation=result.final_evaluation, stage=stage),
+                                          compiled, result, stage=stage)
         result = with_bound_verdict(with_edge_verdict(result, validation), validation)
     dest = write_entry_files(dest, compiled, result=result, validation=validation, command=command)
     shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)

@@ -46,9 +46,10 @@ def trained_entry(case_id: str, root: str | None):
     return (case, entry, *entry_setup(task, entry, dest))
 
 
-def revalidate_entry(case, dest: Path, root: str | None, *, device: str = "cpu") -> dict[str, Any]:
+def revalidate_entry(case, dest: Path, root: str | None, *, device: str = "cpu", stage=None) -> dict[str, Any]:
     """Recompute validation.json of the entry in `dest` (of `case`), rewrite the entry with it and
-    return it; a ZooError if there is no usable trained entry there."""
+    return it; a ZooError if there is no usable trained entry there. stage: told each part of the
+    validation as it starts (siit.validation.PARTS, then zoo.entry_verdicts.PATCHING_PARTS)."""
     from zoo.artifact import ArtifactError
     from zoo.entry import load_entry_dir
     from zoo.errors import ZooError
@@ -70,14 +71,10 @@ def revalidate_entry(case, dest: Path, root: str | None, *, device: str = "cpu")
 
     compiled = compiled_task(root, case)
     setup, model = entry_setup(compiled, entry, dest, device)
-    from zoo.edge_exactness import edge_section
-    from zoo.inert_edges import inert_section
+    from zoo.entry_verdicts import patching_checks
 
-    validation = validate_model(model, setup.final_evaluator, compiled)
-    validation = {**validation,
-                  "inert_edges": inert_section(entry.config, entry.state_dict, entry.circuit_json, compiled),
-                  "edge_effects": edge_section(entry.config, entry.state_dict, entry.circuit_json, compiled,
-                                               validation.get("tolerance"))}
+    validation = patching_checks(validate_model(model, setup.final_evaluator, compiled, stage=stage),
+                                 entry.config, entry.state_dict, entry.circuit_json, compiled, stage=stage)
     files = {name: data for name, data in (("config.json", entry.config), ("circuit.json", entry.circuit_json),
                                            ("case.json", entry.case_json), ("training.json", entry.training))}
     files["validation.json"] = validation

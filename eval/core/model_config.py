@@ -17,7 +17,7 @@ from typing import Any
 # Bounds: far above any zoo model (Tracr cases have d_model < 100) yet small enough that a config
 # can never ask for more memory than a laptop has.
 MAX_LAYERS = 48
-MAX_HEADS = 64
+MAX_HEADS = 128  # planted large-circuit has 99 heads (tests/test_eval/test_security_config.py loads every planted model)
 MAX_WIDTH = 8192          # d_model, d_head
 MAX_MLP = 32768
 MAX_VOCAB = 65536         # d_vocab, d_vocab_out

@@ -48,6 +48,18 @@ def test_bad_fields_are_refused_with_one_line(changes, needle) -> None:
     assert needle in str(info.value) and "\n" not in str(info.value)
 
 
+def test_every_planted_architecture_loads() -> None:
+    """What `zoo train planted NAME` writes as config.json the loader accepts: planted large-circuit's 99
+    heads were once refused (n_heads at most 64), so its trained entry could not be validated or scored."""
+    from planted.registry import get_planted, planted_names
+    from siit.config import ArchConfig
+    from siit.high_level import as_task
+
+    for name in planted_names():
+        config = as_task(get_planted(name)).low_level_config(ArchConfig())
+        assert check_model_config(config) == config, name
+
+
 def test_missing_field_and_non_object_are_refused() -> None:
     config = good_config()
     del config["d_mlp"]

@@ -16,7 +16,7 @@ from siit.effect_bounds import BOUND, BOUND_N, effect_bounds, stratified_sample
 from siit.train_setup import prepare
 from siit.initialise import init_weights
 from siit.transformer import Transformer
-from siit.validation import validate_model
+from siit.validation import PARTS, validate_model
 
 SMALL = TrainConfig(n_train=256, n_val=128, batch_size=32)
 
@@ -118,7 +118,11 @@ def test_under_causal_attention_every_shape_changes_the_same_outputs(case_33):
 def test_validate_model_adds_the_section_given_the_task(case_33):
     cc, setup, model = case_33
     quiet = _silenced(model, setup.corr.non_aligned)
-    assert "effect_bounds" not in validate_model(quiet, setup.evaluator)
-    v = validate_model(quiet, setup.evaluator, cc)  # the padded evaluator: one shape
+    parts: list[str] = []
+    assert "effect_bounds" not in validate_model(quiet, setup.evaluator, stage=parts.append)
+    assert parts == [PARTS[0], PARTS[3]]  # what it computes is what it tells a progress display
+    parts.clear()
+    v = validate_model(quiet, setup.evaluator, cc, stage=parts.append)  # the padded evaluator: one shape
+    assert parts == list(PARTS)
     assert v["effect_bounds"]["input_shapes"] == ["padded"] and v["effect_bounds"]["exact"] is True
     assert v["effect_bounds"]["pairing"] == "independent"

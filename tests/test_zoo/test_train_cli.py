@@ -86,6 +86,9 @@ def test_criterion_not_met_exits_1_and_writes_the_entry(tmp_path: Path, capsys) 
     captured = capsys.readouterr()
     assert code == 1
     assert "not met" in captured.err.strip().splitlines()[-1]
+    # the validation's progress names each part as it starts, after the step bar has gone
+    assert "validating: 0/6 parts done, now metrics and node effects" in captured.err
+    assert "validating: 5/6 parts done, now edge patching" in captured.err
     summary = json.loads(captured.out)
     assert summary["met_criterion"] is False
     training = json.loads((out / "training.json").read_text())
@@ -218,3 +221,18 @@ def test_lean_activations_take_a_no_form_and_many_case_workers_record_it() -> No
     assert "--no-strict-edges" in option_flags(parse(["train", "--cases", "13", "--no-strict-edges"]))
     assert "--no-lean-activations" in option_flags(parse(["train", "--all", "--no-lean-activations"]))
     assert option_flags(parse(["train", "--all"])) == ()
+
+
+def test_validation_progress_closes_the_step_bar_at_its_first_part() -> None:
+    from zoo.commands.common import ValidationProgress, step_bar
+
+    steps = step_bar(10)
+    validating = ValidationProgress(before=steps)
+    try:
+        assert not steps.disable  # still open: nothing validated yet
+        validating.stage("node bound")
+        assert steps.disable  # tqdm marks a closed bar disabled
+        assert validating._bar.n == 1 and "now node bound" in validating._bar.desc
+    finally:
+        validating.close()
+    assert validating._bar.disable

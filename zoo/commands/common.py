@@ -87,6 +87,51 @@ def step_bar(total: int, desc: str | None = None):
     return bar
 
 
+def stage_bar(parts: tuple[str, ...], desc: str = "validating"):
+    """A tqdm bar over the named parts of a long computation (an entry's validation: minutes on a wide
+    model) with `stage(name)`, the callback siit.validation and zoo.entry_verdicts call as each part
+    starts: the bar counts the parts done and names the one running."""
+    import sys
+
+    from tqdm import tqdm
+
+    bar = tqdm(total=len(parts), file=sys.stderr, desc=desc, leave=False, dynamic_ncols=True,
+               bar_format="{desc} [{elapsed}]")
+
+    def stage(name: str) -> None:
+        bar.n = parts.index(name)
+        bar.set_description_str(f"{desc}: {bar.n}/{len(parts)} parts done, now {name}")
+
+    bar.stage = stage  # type: ignore[attr-defined]
+    return bar
+
+
+class ValidationProgress:
+    """An entry's validation as a stage_bar over siit.validation.PARTS, then zoo.entry_verdicts.PATCHING_PARTS,
+    made when the first part starts: `before` (training's step bar) closes then, and an entry that fails
+    before it is validated shows no bar. `stage` is the callback; call `close()` at the end (it closes
+    `before` too)."""
+
+    def __init__(self, before: Any = None) -> None:
+        self._before, self._bar = before, None
+
+    def stage(self, name: str) -> None:
+        if self._bar is None:
+            from siit.validation import PARTS
+            from zoo.entry_verdicts import PATCHING_PARTS
+
+            if self._before is not None:
+                self._before.close()
+            self._bar = stage_bar(PARTS + PATCHING_PARTS)
+        self._bar.stage(name)
+
+    def close(self) -> None:
+        """Close the bar and `before` (closing a closed tqdm bar does nothing)."""
+        for bar in (self._before, self._bar):
+            if bar is not None:
+                bar.close()
+
+
 def method_bars(file: Any = None, disable: bool | None = None):
     """eval.evaluate's run progress as tqdm bars: one bar per method over its runs (the main run and
     the stability reruns), the current run's own steps (edges decided, passes, SP steps) as its

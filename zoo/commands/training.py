@@ -191,7 +191,7 @@ def _check_args(args: argparse.Namespace) -> None:
 
 
 def run_train(args: argparse.Namespace) -> int:
-    from zoo.commands.common import step_bar
+    from zoo.commands.common import ValidationProgress, step_bar
     from zoo.errors import CriterionNotMet, ZooError
     from zoo.high_level_source import resolve_case
     from zoo.train_entry import check_writable, checkpoint_dir, destination, train_entry
@@ -220,8 +220,9 @@ def run_train(args: argparse.Namespace) -> int:
         print(f"training {case.family} {case.id} ({case.name}), scheme {options.config.scheme}, on {options.device} "
               f"-> {dest}", file=sys.stderr)
     bar = step_bar(options.config.max_steps)
+    validating = ValidationProgress(before=bar)
     try:
-        trained = train_entry(case, options, dest, progress=bar.update_to,
+        trained = train_entry(case, options, dest, progress=bar.update_to, stage=validating.stage,
                               command=["zoo", *sys.argv[1:]] if sys.argv else None)
     except TrainingInterrupted:
         bar.close()
@@ -232,7 +233,7 @@ def run_train(args: argparse.Namespace) -> int:
         shutil.rmtree(checkpoint_dir(dest), ignore_errors=True)  # its last checkpoint would only resume the divergence
         raise CriterionNotMet(f"{case.family} {case.id}: {exc}; no entry written (try a smaller --lr)") from None
     finally:
-        bar.close()
+        validating.close()  # and the step bar
     summary, result = trained.summary, trained.result
     if args.json:
         print(json.dumps(summary, indent=1))

@@ -29,9 +29,13 @@ def run_validate(args: argparse.Namespace) -> int:
 
     case = resolve_case(args.kind, args.id)
     dest = destination(args.root, args.out, case)
-    from zoo.commands.common import device_from
+    from zoo.commands.common import ValidationProgress, device_from
 
-    validation = revalidate_entry(case, dest, args.root, device=device_from(args))
+    validating = ValidationProgress()
+    try:
+        validation = revalidate_entry(case, dest, args.root, device=device_from(args), stage=validating.stage)
+    finally:
+        validating.close()
     m = validation["metrics"]
     out = {"entry": str(dest), "accuracy": m["accuracy"], "iia": m["iia"], "siia_min": m["siia_min"],
            "max_out_of_circuit_effect": validation["max_out_of_circuit_effect"],

@@ -16,6 +16,12 @@ from eval.core.circuit import INPUT, LOGITS, head_node, mlp_node, parse_node
 from eval.patching.edge_groups import QKV, Chunk, Group, GroupWeights, Offsets, Weight, given_groups, keyed_groups, order
 
 
+SUMMED_HEADS = 32
+"""Heads a layer from which a pass without gradients sums them from z (Plan._sum_from_z), not from every
+head's output [batch, pos, H, d_model] (planted large-circuit's 99: docs/methods.md); narrower layers
+(every earlier model: at most 12) keep the per-head sum bit for bit."""
+
+
 @dataclasses.dataclass(frozen=True, kw_only=True)
 class Start:
     """A pass's state where block `layer` begins: a later pass that changes nothing before that
@@ -63,6 +69,8 @@ class Plan:
     """Chunk -> the writers of that chunk some group patches, forward order."""
     diffs: dict[tuple[Chunk, int], torch.Tensor] = dataclasses.field(default_factory=dict)
     """(chunk, row blocks) -> its writers' reference - current (Plan.diff)."""
+    head_sums: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
+    """Layer -> its heads' sum [batch, pos, d_model], node patches in, from z (SUMMED_HEADS; hook_attn_out's)."""
 
     @classmethod
     def make(cls, a: Any, reference: Mapping[str, torch.Tensor], nodes: Mapping[str, Weight],
@@ -111,12 +119,7 @@ class Plan:
     def hooks(self) -> list[tuple[str, Any]]:
         """(hook name, function) pairs, only where this pass needs one."""
         a, H = self.a, self.a.n_heads
-        needed = {*self.read_out, *self.patch}
-        for group in (*self.attn_groups.values(), *self.mlp_groups.values(), self.logits_group):
-            if group is not None:
-                needed.update(group.sources)
-        for names in self.chunk_sources.values():  # a chunk stacks all its writers (Plan.diff)
-            needed.update(names)
+        needed = self._needed()
         read_qkv = {parse_node(r).layer for r in self.read_in if parse_node(r).kind == "head"}
         hooks: list[tuple[str, Any]] = []
         first = 0 if self.start is None else self.start.layer
@@ -138,6 +141,13 @@ class Plan:
         if self.logits_group is not None or LOGITS in self.read_in or LOGITS in self.offsets.resid:
             hooks.append((f"blocks.{a.n_layers - 1}.hook_resid_post", self._reader_hook(LOGITS, self.logits_group)))
         return hooks
+
+    def _needed(self) -> set[str]:
+        """The writers whose outputs the pass patches, reads or sends along a patched edge (a chunk stacks
+        all its writers: Plan.diff)."""
+        groups = (*self.attn_groups.values(), *self.mlp_groups.values(), self.logits_group)
+        return {*self.read_out, *self.patch, *(s for g in groups if g is not None for s in g.sources),
+                *(s for names in self.chunk_sources.values() for s in names)}
 
     def diff(self, chunk: Chunk, G: int) -> torch.Tensor:
         """[G, writers, (batch // G)·pos·d_model]: reference - current output of the chunk's patched
@@ -182,17 +192,34 @@ class Plan:
 
     def _z_hook(self, layer: int):
         def hook(z: torch.Tensor, hook: Any) -> torch.Tensor:
-            result = torch.einsum("bphk,hkd->bphd", z, self.a.attn["W_O"][layer].to(z.dtype))
+            W_O = self.a.attn["W_O"][layer].to(z.dtype)  # [H, d_head, d_model]
+            if not self.grad and self.a.n_heads >= SUMMED_HEADS:
+                return self._sum_from_z(layer, z, W_O)
+            result = torch.einsum("bphk,hkd->bphd", z, W_O)
             # unbind: one stacked gradient backwards, not a zero-filled [batch, pos, H, d] per head
             for h, out in enumerate(result.unbind(dim=2)):
                 self._set_out(head_node(layer, h), out)
             return z
         return hook
 
+    def _sum_from_z(self, layer: int, z: torch.Tensor, W_O: torch.Tensor) -> torch.Tensor:
+        """A wide layer without gradients: z [batch, pos, H, d_head] through W_O in one product, plus each
+        patched head's change; only heads the pass patches or reads get their own output. Returns z."""
+        (b, p), needed = z.shape[:2], self._needed()
+        total = z.reshape(b, p, -1) @ W_O.reshape(-1, W_O.shape[-1])
+        for h in (h for h in range(self.a.n_heads) if head_node(layer, h) in needed):
+            own = z[:, :, h] @ W_O[h]
+            out = self._set_out(head_node(layer, h), own)
+            total = total + (out - own) if head_node(layer, h) in self.patch else total
+        self.head_sums[layer] = total
+        return z
+
     def _attn_out_hook(self, layer: int):
         def hook(act: torch.Tensor, hook: Any) -> torch.Tensor:
-            heads = [self.out[head_node(layer, h)] for h in range(self.a.n_heads)]
-            return torch.stack(heads, dim=2).sum(dim=2) + self.a.attn["b_O"][layer].to(act.dtype)
+            summed = self.head_sums.get(layer)
+            if summed is None:
+                summed = torch.stack([self.out[head_node(layer, h)] for h in range(self.a.n_heads)], dim=2).sum(dim=2)
+            return summed + self.a.attn["b_O"][layer].to(act.dtype)
         return hook
 
     def _qkv_hook(self, layer: int, index: int):

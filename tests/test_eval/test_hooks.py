@@ -252,6 +252,54 @@ def test_per_row_and_fractional_weights(causal: bool) -> None:
     assert torch.equal(a.run(base, bmask).logits, forward(a.model, base, bmask))
 
 
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_a_pass_without_gradients_sums_the_patched_heads_bit_for_bit(causal: bool) -> None:
+    """Without gradients the node patches are written into the layer's head outputs, which hook_attn_out
+    sums (eval.patching.hook_plan.Plan.head_results); with them every head's output is stacked anew.
+    Both must give the same logits to the bit, with node patches (per-row and fractional weights), edges
+    from patched and unpatched heads into later readers, and outputs read on the way."""
+    weights, x, _ = _load_fixture(causal)
+    a = adapt(build_hooked(_config(causal), weights))
+    base, bmask = x["base_tokens"], x["base_mask"]
+    ref = a.outputs(x["source_tokens"], x["source_mask"], ["a0.h0", "a0.h1", "a1.h2", "m0", "input"])
+    rows = torch.tensor([1.0, 0.0, 1.0, 0.3, 0.5, 1.0, 0.0])
+    kw = {"reference": ref, "nodes": {"a0.h1": rows, "a1.h2": 0.5, "m0": rows},
+          "edges": {("a0.h1", "a1.h0<q>"): 1.0, ("a0.h0", "logits"): rows}, "read_outputs": ["a0.h1", "a0.h2"]}
+    lean = a.run(base, bmask, **kw)
+    stacked = a.run(base, bmask, grad=True, **kw)
+    assert torch.equal(lean.logits, stacked.logits.detach())
+    for node in ("a0.h1", "a0.h2"):
+        assert torch.equal(lean.outputs[node], stacked.outputs[node].detach())
+    assert not torch.allclose(lean.logits, a.run(base, bmask).logits, atol=1e-3)  # the patches do something
+
+
+def test_a_wide_layer_sums_its_heads_from_z_as_the_stacked_pass_does() -> None:
+    """A layer of at least SUMMED_HEADS heads, in a pass without gradients, sums its heads from z and makes
+    only the outputs the pass patches or reads: the same logits and read outputs as the pass with gradients
+    (every head's output stacked), to float rounding."""
+    from eval.patching.hook_plan import SUMMED_HEADS
+    from siit.initialise import init_weights
+    from siit.transformer import Transformer
+
+    H = SUMMED_HEADS + 3
+    config = hooked_config(n_layers=2, d_model=2 * H, n_heads=H, d_head=2, d_mlp=32, d_vocab=7, d_vocab_out=5,
+                           n_ctx=6, causal=True, act_fn="gelu")
+    model = Transformer(config)
+    init_weights(model, torch.Generator().manual_seed(3))
+    a = adapt(build_hooked(config, {k: v.detach() for k, v in model.state_dict().items()}))
+    x = _inputs(seed=4)
+    base, bmask = x["base_tokens"], x["base_mask"]
+    ref = a.outputs(x["source_tokens"], x["source_mask"], ["a0.h1", "a0.h2", "a0.h7", f"a1.h{H - 1}", "input"])
+    rows = torch.tensor([1.0, 0.0, 1.0, 0.3, 0.5, 1.0, 0.0])
+    kw = {"reference": ref, "nodes": {"a0.h1": rows, "a0.h7": 1.0, f"a1.h{H - 1}": 0.5},
+          "edges": {("a0.h7", "a1.h0<q>"): 1.0, ("a0.h2", "logits"): rows}, "read_outputs": ["a0.h1", "a0.h3"]}
+    lean, stacked = a.run(base, bmask, **kw), a.run(base, bmask, grad=True, **kw)
+    torch.testing.assert_close(lean.logits, stacked.logits.detach(), rtol=0, atol=1e-5)
+    for node in ("a0.h1", "a0.h3"):
+        torch.testing.assert_close(lean.outputs[node], stacked.outputs[node].detach(), rtol=0, atol=1e-6)
+    assert not torch.allclose(lean.logits, a.run(base, bmask).logits, atol=1e-3)
+
+
 def test_bad_requests_fail_with_one_clear_error() -> None:
     weights, x, _ = _load_fixture(True)
     a = adapt(build_hooked(_config(True), weights))

@@ -7,7 +7,7 @@ sequences, whose node activations [L, N, T, H + 1, d] are 3.7 GB; with their res
 edge bound's sender differences (one per ablation) the final validation was OOM-killed at 20.8 GB.
 Every cell of both bounds is a function of a row and its source row (resample) or of the sample's
 mean (mean ablation), so each chunk runs its rows and their sources alone, and the means are summed
-over the chunks first. A sample whose activations fit MAX_SAMPLE_ELEMENTS is one chunk, computed as
+over the chunks first. A sample whose activations fit siit.interventions.MAX_SAMPLE_ELEMENTS is one chunk, computed as
 before the chunks existed (the same tensors, so the same validation.json for every earlier entry).
 """
 
@@ -19,15 +19,9 @@ from collections.abc import Iterator
 import torch
 
 from siit.data import Dataset
-from siit.interventions import ablation_values, node_activations
+from siit.interventions import ablation_values, chunk_rows, node_activations
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
-
-MAX_SAMPLE_ELEMENTS = 1 << 27
-"""Node activations one chunk may hold ([L, rows, pos, H + 1, d_model]; 512 MiB of float32). Every entry's
-sample before planted large-circuit fits it whole (the widest, causal-bench-12x12's 1,200 sequences, holds
-2^25.9); large-circuit's 3,300 sequences (2^29.8) run in chunks of 484 rows."""
-
 
 @dataclasses.dataclass(frozen=True)
 class Chunk:
@@ -55,12 +49,6 @@ class SampleMeans:
     """[L, 1, T, H + 1, d]: every node's mean output."""
     embedding: torch.Tensor
     """[1, T, d]: the input's (embedding) mean."""
-
-
-def chunk_rows(model: Transformer, n_ctx: int) -> int:
-    """Rows of one chunk: as many as MAX_SAMPLE_ELEMENTS of node activations hold (at least one)."""
-    per_row = model.n_layers * n_ctx * (model.n_heads + 1) * model.d_model
-    return max(1, MAX_SAMPLE_ELEMENTS // per_row)
 
 
 def sample_chunks(model: Transformer, ev: Evaluator, per_chunk: int | None = None) -> Iterator[Chunk]:

@@ -70,3 +70,16 @@ def rows_per_pass(model: Transformer, n_ctx: int) -> int:
     that MAX_ROWS of them would pass MAX_ELEMENTS (causal-bench-12x12 still takes 8192)."""
     per_row = n_ctx * (model.n_heads + 1) * model.d_model
     return max(1, min(MAX_ROWS, MAX_ELEMENTS // per_row))
+
+
+MAX_SAMPLE_ELEMENTS = 1 << 27
+"""Node activations one chunk of rows may hold ([L, rows, pos, H + 1, d_model]; 512 MiB of float32): the
+validation bounds' sample (siit.bound_chunks) and a lean evaluator's edge check (Evaluator.edge_siia) run in
+such chunks. Every entry's sample before planted large-circuit fits it whole (the widest, causal-bench-12x12's
+1,200 sequences, holds 2^25.9); large-circuit's 3,300 (2^29.8) run in chunks of 484 rows."""
+
+
+def chunk_rows(model: Transformer, n_ctx: int) -> int:
+    """Rows of one chunk: as many as MAX_SAMPLE_ELEMENTS of node activations hold (at least one)."""
+    per_row = model.n_layers * n_ctx * (model.n_heads + 1) * model.d_model
+    return max(1, MAX_SAMPLE_ELEMENTS // per_row)

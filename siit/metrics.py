@@ -20,7 +20,7 @@ from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
 from siit.edge_runs import edge_predictions, sender_outputs
 from siit.edges import EdgeLayout
-from siit.interventions import node_activations, repeat_rows, rows_per_pass
+from siit.interventions import chunk_rows, node_activations, repeat_rows, rows_per_pass
 from siit.high_level import HighLevelModel
 from siit.losses import agree, predictions
 from siit.transformer import Patch, Transformer
@@ -142,18 +142,11 @@ class Evaluator:
                 acts = node_activations(model, d.tokens, d.mask, d.present)
             cf = self.strict_sources
             embedding = model.input_embedding(d.tokens, d.mask)
+        if self.sum_heads:  # a wide model (lean): each run from its reader's block (siit.edge_runs)
+            return self._lean_edge_siia(model, edges, acts, embedding)
+        with torch.no_grad():
             source_acts, source_embed = acts[:, cf], embedding[cf]
         lm, scores = d.label_mask, []
-        if self.sum_heads:  # a wide model (lean): each run from its reader's block (siit.edge_runs)
-            senders = edges[:, 0].unique()
-            diffs = (sender_outputs(source_embed, source_acts, senders) - sender_outputs(embedding, acts, senders))[None]
-            local = torch.stack([torch.searchsorted(senders, edges[:, 0].contiguous()), edges[:, 1]], dim=1)
-            out = torch.empty(E, device=d.tokens.device)
-            for rows, preds in edge_predictions(model, d.tokens, d.mask, d.present, acts, diffs, local, self.task_kind,
-                                                self.sum_heads):
-                ok = agree(preds[0], d.labels[None], self.task_kind, self.tolerance)
-                out[rows] = ok[:, lm].float().mean(dim=1)
-            return out
         per_chunk = max(1, rows_per_pass(model, d.tokens.shape[1]) // n)
         with torch.no_grad():
             for start in range(0, E, per_chunk):
@@ -170,6 +163,27 @@ class Evaluator:
                 ok = agree(preds, d.labels[None], self.task_kind, self.tolerance)
                 scores.append(ok[:, lm].float().mean(dim=1))
         return torch.cat(scores) if scores else torch.ones(0)
+
+    def _lean_edge_siia(self, model: Transformer, edges: torch.Tensor, acts: torch.Tensor,
+                        embedding: torch.Tensor) -> torch.Tensor:
+        """edge_siia of a lean evaluator: each run from its reader's block (siit.edge_runs), over chunks of
+        the rows (siit.interventions.chunk_rows) so that the senders' differences [U, rows, T, d] stay
+        bounded: planted large-circuit's 1,536 final rows held 8 GB whole; a set that fits is one chunk."""
+        d, cf, lm = self.data, self.strict_sources, self.data.label_mask
+        senders = edges[:, 0].unique()
+        local = torch.stack([torch.searchsorted(senders, edges[:, 0].contiguous()), edges[:, 1]], dim=1)
+        hits = torch.zeros(edges.shape[0], device=d.tokens.device)  # labelled positions each edge leaves right
+        per = chunk_rows(model, d.tokens.shape[1])
+        for r in (slice(i, min(len(d), i + per)) for i in range(0, len(d), per)):
+            with torch.no_grad():
+                diffs = (sender_outputs(embedding[cf[r]], acts[:, cf[r]], senders)
+                         - sender_outputs(embedding[r], acts[:, r], senders))[None]
+            present = None if d.present is None else d.present[r]
+            for rows, preds in edge_predictions(model, d.tokens[r], d.mask[r], present, acts[:, r], diffs, local,
+                                                self.task_kind, self.sum_heads):
+                ok = agree(preds[0], d.labels[r][None], self.task_kind, self.tolerance)
+                hits[rows] += ok[:, lm[r]].float().sum(dim=1)
+        return hits / lm.sum()  # a mean of 0/1 values: its sum is exact, so one chunk or many give the same
 
     def agreement(self, model: Transformer, names: list[str], masks: torch.Tensor, *,
                   acts: torch.Tensor | None = None) -> torch.Tensor:

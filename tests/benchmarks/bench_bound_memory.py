@@ -1,14 +1,15 @@
 """Peak memory and time of validation.json's two bounds (siit.effect_bounds, siit.edge_bounds) on a planted
-model's bound sample, each in its own process; one JSON object.
+model's bound sample, and of training's final edge check (Evaluator.edge_siia on the validation set in every
+input shape), each in its own process; one JSON object.
 
 A wide model's bound sample held whole did not fit in 24 GB: planted large-circuit's final validation was
 OOM-killed at 20.8 GB (issue 36), its node bound alone peaking near 11 GB. siit.bound_chunks runs the sample
-in chunks of rows. The model is the planted model's architecture at its seeded initial weights (the
+in chunks of rows, and a lean evaluator's edge check the same way. The model is the planted model's architecture at its seeded initial weights (the
 bounds' memory and work depend on the shapes, not on what the weights learned); the peak is the process's
 resident set sampled every 50 ms (and ru_maxrss), beside `base_mb`, what the set-up alone holds.
 
 Usage: python tests/benchmarks/bench_bound_memory.py [--planted large-circuit] [--n 300]
-[--bound nodes,edges] [--compare DIR]. --compare DIR measures the zoo checked out in DIR
+[--bound nodes,edges,edge_check] [--compare DIR]. --compare DIR measures the zoo checked out in DIR
 (`git archive REV | tar -x -C DIR`) too, each bound before and after in turn.
 """
 
@@ -40,7 +41,7 @@ def measure(planted: str, bound: str, n: int) -> dict[str, Any]:
 
     torch.set_num_threads(1)
     task = get_planted(planted)
-    setup = prepare(task, TrainConfig(lean_activations=bool(getattr(task, "lean_activations", False))))
+    setup = prepare(task, TrainConfig(lean_activations=bool(getattr(task, "lean_activations", False)), strict_edges=True))
     model = Transformer(setup.low_config).eval()
     init_weights(model, torch.Generator().manual_seed(0))
     peak = [0]
@@ -59,6 +60,14 @@ def measure(planted: str, bound: str, n: int) -> dict[str, Any]:
     if bound == "nodes":
         from siit.effect_bounds import effect_bounds
         section = effect_bounds(model, setup.final_evaluator, task, n=n)
+    elif bound == "edge_check":  # training's final check: every non-circuit edge on the validation set's shapes
+        from siit.interventions import node_activations
+
+        d = setup.final_evaluator.data
+        siia = setup.final_evaluator.edge_siia(model, setup.non_circuit_edges.nonzero(),
+                                               acts=node_activations(model, d.tokens, d.mask, d.present))
+        section = {"n_sequences": len(d), "max_effect": round(1.0 - float(siia.min()), 6),
+                   "max_upper_95": round(float(siia.double().sum()), 6)}  # the SIIA values' checksum
     else:
         from siit.edge_bounds import edge_bounds
         section = edge_bounds(model, setup.final_evaluator, task, n=n)
@@ -84,12 +93,13 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--planted", default="large-circuit")
     parser.add_argument("--n", type=int, default=300, help="sequences per input length (validation's BOUND_N: 300)")
-    parser.add_argument("--bound", default="nodes,edges", help="which bounds, comma-separated: nodes, edges")
+    parser.add_argument("--bound", default="nodes,edges,edge_check",
+                        help="what to measure, comma-separated: nodes, edges (the bounds), edge_check (training's)")
     parser.add_argument("--compare", type=Path, default=None, help="a checkout to measure too (before)")
     args = parser.parse_args(argv)
     bounds = [b for b in args.bound.split(",") if b]
-    if not bounds or any(b not in ("nodes", "edges") for b in bounds):
-        parser.error(f"--bound takes nodes and/or edges, got {args.bound!r}")
+    if not bounds or any(b not in ("nodes", "edges", "edge_check") for b in bounds):
+        parser.error(f"--bound takes nodes, edges and/or edge_check, got {args.bound!r}")
     checkouts = {"this": ROOT} if args.compare is None else {"before": args.compare, "this": ROOT}
     result: dict[str, Any] = {"planted": args.planted, "n_per_length": args.n, "configs": {k: {} for k in checkouts}}
     for bound in bounds:

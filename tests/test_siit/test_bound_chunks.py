@@ -11,13 +11,13 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-import siit.bound_chunks as bound_chunks
-from siit.bound_chunks import chunk_rows, sample_chunks, sample_means
+import siit.interventions as interventions
+from siit.bound_chunks import sample_chunks, sample_means
 from siit.edge_bounds import edge_bounds, edge_changes
 from siit.edges import EdgeLayout
 from siit.effect_bounds import _changes, bound_evaluator, effect_bounds
 from siit.high_level import as_task
-from siit.interventions import ablation_values, node_activations
+from siit.interventions import ablation_values, chunk_rows, node_activations
 from test_effect_bounds import case_33  # noqa: F401  (the fixture: case 33, its setup, a random model)
 
 SHAPES = ["padded", "unpadded", "partly_padded"]
@@ -86,7 +86,7 @@ def test_the_sections_are_the_same_when_memory_forces_chunks(case_33, monkeypatc
     cc, setup, model = case_33
     whole = effect_bounds(model, setup.final_evaluator, cc, n=20), edge_bounds(model, setup.final_evaluator, cc, n=20)
     per_row = model.n_layers * setup.final_evaluator.data.tokens.shape[1] * (model.n_heads + 1) * model.d_model
-    monkeypatch.setattr(bound_chunks, "MAX_SAMPLE_ELEMENTS", 13 * per_row)
+    monkeypatch.setattr(interventions, "MAX_SAMPLE_ELEMENTS", 13 * per_row)
     assert chunk_rows(model, setup.final_evaluator.data.tokens.shape[1]) == 13
     chunked = effect_bounds(model, setup.final_evaluator, cc, n=20), edge_bounds(model, setup.final_evaluator, cc, n=20)
     assert whole[0]["max_effect"] > 0 and whole[1]["max_effect"] > 0

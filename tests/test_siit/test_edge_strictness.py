@@ -64,7 +64,7 @@ def test_trained_case_33_meets_every_edge_and_validation_agrees(compiled) -> Non
     assert section["exact"] and section["max_out_of_circuit_edge_effect"] <= 0.01
 
 
-def test_an_untrained_model_has_lagging_edges(compiled) -> None:
+def test_an_untrained_model_has_lagging_edges(compiled, monkeypatch) -> None:
     """The check can fail: a model trained without edge strictness on case 3 moves its output
     through edges the high-level graph lacks (measured: a0.h0->m0 SIIA ~0.56 at the first check)."""
     cc = compiled("3")
@@ -80,6 +80,14 @@ def test_an_untrained_model_has_lagging_edges(compiled) -> None:
     lean = dataclasses.replace(s.evaluator, sum_heads=True)
     assert torch.equal(lean.edge_siia(model_only.model, idx), s.evaluator.edge_siia(model_only.model, idx))
     assert torch.equal(lean.edge_siia(model_only.model, idx[5:9]), s.evaluator.edge_siia(model_only.model, idx[5:9]))
+    # ... and in chunks of rows where the sender differences would not fit (planted large-circuit's): the same
+    whole = lean.edge_siia(model_only.model, idx)
+    import siit.interventions as interventions
+
+    per_row = model_only.model.n_layers * s.evaluator.data.tokens.shape[1] * (model_only.model.n_heads + 1) * \
+        model_only.model.d_model
+    monkeypatch.setattr(interventions, "MAX_SAMPLE_ELEMENTS", 37 * per_row)  # 37 rows a chunk, of 128
+    assert torch.equal(lean.edge_siia(model_only.model, idx), whole)
     # a later check measures the lagging edges alone while one of them lags, then every edge
     history = [{"metrics": {"accuracy": 1.0}}, {"metrics": out}, {"metrics": {"edges_checked": "lagging"}}]
     lagging = lagging_edges(history, config)

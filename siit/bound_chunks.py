@@ -19,7 +19,7 @@ from collections.abc import Iterator
 import torch
 
 from siit.data import Dataset
-from siit.interventions import ablation_values, chunk_rows, node_activations
+from siit.interventions import ablation_values, chunk_rows, node_activations, row_slices
 from siit.metrics import Evaluator
 from siit.transformer import Transformer
 
@@ -61,8 +61,7 @@ def sample_chunks(model: Transformer, ev: Evaluator, per_chunk: int | None = Non
         acts = node_activations(model, d.tokens, d.mask, d.present)
         yield Chunk(rows=slice(0, n), ev=ev, acts=acts, sources=d.take(ev.sources), source_acts=acts[:, ev.sources])
         return
-    for start in range(0, n, per_chunk):
-        rows = slice(start, min(n, start + per_chunk))
+    for rows in row_slices(n, per_chunk):
         part, sources = d.take(rows), d.take(ev.sources[rows])
         sub = dataclasses.replace(ev, data=part, sources=torch.arange(len(part), device=ev.sources.device),
                                   iit_targets=ev.iit_targets[:, rows] if ev.iit_targets.dim() > 1 else ev.iit_targets,
@@ -85,8 +84,8 @@ def sample_means(model: Transformer, ev: Evaluator, per_chunk: int | None = None
                                embedding=ablation_values(embedding[None, :, :, None], d.mask, "mean")[0, :, :, 0])
         acts_sum = embedding_sum = None
         count = torch.zeros(1, d.tokens.shape[1], device=d.tokens.device)
-        for start in range(0, n, per_chunk):
-            part = d.take(slice(start, min(n, start + per_chunk)))
+        for rows in row_slices(n, per_chunk):
+            part = d.take(rows)
             weight = part.mask.to(torch.float32)  # [n, T]: 1 where the position is a real token
             acts = node_activations(model, part.tokens, part.mask, part.present)
             a = (acts * weight[None, :, :, None, None]).sum(dim=1, keepdim=True)

@@ -83,3 +83,8 @@ def chunk_rows(model: Transformer, n_ctx: int) -> int:
     """Rows of one chunk: as many as MAX_SAMPLE_ELEMENTS of node activations hold (at least one)."""
     per_row = model.n_layers * n_ctx * (model.n_heads + 1) * model.d_model
     return max(1, MAX_SAMPLE_ELEMENTS // per_row)
+
+
+def row_slices(n: int, per: int) -> list[slice]:
+    """The rows 0..n-1 as consecutive slices of `per` rows (the last one shorter): the chunks of chunk_rows."""
+    return [slice(start, min(n, start + per)) for start in range(0, n, per)]

@@ -20,7 +20,7 @@ from siit.correspondence import Correspondence
 from siit.data import SHAPES, Dataset, pair_sources
 from siit.edge_runs import edge_predictions, sender_outputs
 from siit.edges import EdgeLayout
-from siit.interventions import chunk_rows, node_activations, repeat_rows, rows_per_pass
+from siit.interventions import chunk_rows, node_activations, repeat_rows, row_slices, rows_per_pass
 from siit.high_level import HighLevelModel
 from siit.losses import agree, predictions
 from siit.transformer import Patch, Transformer
@@ -173,8 +173,7 @@ class Evaluator:
         senders = edges[:, 0].unique()
         local = torch.stack([torch.searchsorted(senders, edges[:, 0].contiguous()), edges[:, 1]], dim=1)
         hits = torch.zeros(edges.shape[0], device=d.tokens.device)  # labelled positions each edge leaves right
-        per = chunk_rows(model, d.tokens.shape[1])
-        for r in (slice(i, min(len(d), i + per)) for i in range(0, len(d), per)):
+        for r in row_slices(len(d), chunk_rows(model, d.tokens.shape[1])):
             with torch.no_grad():
                 diffs = (sender_outputs(embedding[cf[r]], acts[:, cf[r]], senders)
                          - sender_outputs(embedding[r], acts[:, r], senders))[None]

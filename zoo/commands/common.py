@@ -87,43 +87,32 @@ def step_bar(total: int, desc: str | None = None):
     return bar
 
 
-def stage_bar(parts: tuple[str, ...], desc: str = "validating"):
-    """A tqdm bar over the named parts of a long computation (an entry's validation: minutes on a wide
-    model) with `stage(name)`, the callback siit.validation and zoo.entry_verdicts call as each part
-    starts: the bar counts the parts done and names the one running."""
-    import sys
-
-    from tqdm import tqdm
-
-    bar = tqdm(total=len(parts), file=sys.stderr, desc=desc, leave=False, dynamic_ncols=True,
-               bar_format="{desc} [{elapsed}]")
-
-    def stage(name: str) -> None:
-        bar.n = parts.index(name)
-        bar.set_description_str(f"{desc}: {bar.n}/{len(parts)} parts done, now {name}")
-
-    bar.stage = stage  # type: ignore[attr-defined]
-    return bar
-
-
 class ValidationProgress:
-    """An entry's validation as a stage_bar over siit.validation.PARTS, then zoo.entry_verdicts.PATCHING_PARTS,
-    made when the first part starts: `before` (training's step bar) closes then, and an entry that fails
-    before it is validated shows no bar. `stage` is the callback; call `close()` at the end (it closes
-    `before` too)."""
+    """An entry's validation as a tqdm bar over its parts (siit.validation.PARTS, then
+    zoo.entry_verdicts.PATCHING_PARTS: minutes on a wide model), counting the parts done and naming the one
+    running. Made when the first part starts: `before` (training's step bar) closes then, and an entry that
+    fails before it is validated shows no bar. `stage` is the callback siit.validation and zoo.entry_verdicts
+    call as each part starts; call `close()` at the end (it closes `before` too)."""
 
     def __init__(self, before: Any = None) -> None:
-        self._before, self._bar = before, None
+        self._before, self._bar, self._parts = before, None, ()
 
     def stage(self, name: str) -> None:
         if self._bar is None:
+            import sys
+
+            from tqdm import tqdm
+
             from siit.validation import PARTS
             from zoo.entry_verdicts import PATCHING_PARTS
 
             if self._before is not None:
                 self._before.close()
-            self._bar = stage_bar(PARTS + PATCHING_PARTS)
-        self._bar.stage(name)
+            self._parts = PARTS + PATCHING_PARTS
+            self._bar = tqdm(total=len(self._parts), file=sys.stderr, desc="validating", leave=False,
+                             dynamic_ncols=True, bar_format="{desc} [{elapsed}]")
+        self._bar.n = self._parts.index(name)
+        self._bar.set_description_str(f"validating: {self._bar.n}/{len(self._parts)} parts done, now {name}")
 
     def close(self) -> None:
         """Close the bar and `before` (closing a closed tqdm bar does nothing)."""

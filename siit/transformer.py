@@ -7,14 +7,12 @@ reproduces HookedTransformer's forward pass for the configs the zoo uses (no lay
 positional embeddings, attention scaled by 1/sqrt(d_head)), including how it treats an
 `attention_mask`: pad positions get a zero positional embedding, padded keys are masked only under
 causal attention (TransformerLens applies the padding mask inside its causal mask, so a
-bidirectional model attends to PAD tokens), and rows with no allowed key become zeros.
-A test checks equality with HookedTransformer (logits, hook_result, hook_mlp_out).
+bidirectional model attends to PAD tokens), and rows with no allowed key become zeros (tested).
 
-`run_with_hooks` is a second, slower forward pass that calls TransformerLens-style forward hooks
-(`fn(activation, hook) -> activation`) at the points eval.patching.hooks patches and reads (hook_resid_pre,
-attn.hook_q/k/v/z, hook_attn_out, hook_mlp_in, hook_mlp_out, hook_resid_post), so eval's
-ablations and edge patching run on this model without importing transformer_lens: `zoo train`
-computes validation.json's inert edges this way (zoo.inert_edges).
+`run_with_hooks` is a second, slower forward pass calling TransformerLens-style hooks (`fn(activation, hook)
+-> activation`) where eval.patching.hooks patches and reads (hook_resid_pre, attn.hook_q/k/v/z, hook_attn_out,
+hook_mlp_in, hook_mlp_out, hook_resid_post), so eval's ablations and edge patching (written out by
+eval.patching.bare where they can be) run here without transformer_lens: validation.json's edge sections.
 
 Node activations of layer l are stacked as one tensor [batch, pos, n_heads + 1, d_model]: slots
 0..H-1 are the heads' `hook_result`, slot H is `hook_mlp_out`. A `Patch` replaces chosen slots
@@ -80,6 +78,8 @@ class _Block(nn.Module):
 
 class Transformer(nn.Module):
     """Attention-only-plus-MLP transformer without layer norm, TransformerLens-compatible."""
+
+    hooked_forward = True  # HookedTransformer's forward (tested): eval.patching.bare.HOOKED_FORWARD writes it out
 
     def __init__(self, config: Mapping[str, Any]) -> None:
         super().__init__()

@@ -18,6 +18,7 @@ import torch
 
 from eval.core.circuit import INPUT, parse_node
 from eval.core.graph import ComputationGraph
+from eval.patching.after_attention import block_state, logits_after_attention
 from eval.patching.bare import BareModel, bare_model
 from eval.patching.hooks import Adapter, Start, adapt
 from eval.patching.task import TaskData
@@ -101,19 +102,33 @@ def node_metrics(ctx: AblationContext, ablated_sets: Sequence[Collection[str]],
     The sets are stacked as row blocks of n rows, max_rows // n per forward pass (per-row node
     weights, eval.patching.hooks), sorted by their first layer: nothing before a set's earliest node differs
     from the base pass, so each pass starts at its earliest node's block from the base pass's state
-    (one extra pass when `base` is not empty). Activation patching, the ablation scan and greedy
-    search cost a fraction of one full forward pass per set this way.
+    (one extra pass when `base` is not empty), and where the model's MLPs are written out (`ctx.bare`)
+    after that block's attention, which the set cannot change either (eval.patching.after_attention).
+    Activation patching, the ablation scan and greedy search cost a fraction of one full forward pass
+    per set this way.
     """
     task, adapter = ctx.task, ctx.adapter
     n, L = task.n, adapter.n_layers
     base = list(base)
-    starts = ctx.starts if not base else adapter.starts(task.tokens, task.mask, reference=ctx.reference,
-                                                        nodes={b: 1.0 for b in base})
     layer = lambda node: parse_node(node).layer  # noqa: E731 (components only: heads and MLPs)
     firsts = [min((layer(c) for c in s), default=L - 1) for s in ablated_sets]
     order = sorted(range(len(ablated_sets)), key=lambda i: firsts[i])
     per = max(1, max_rows // n)
     out = [0.0] * len(ablated_sets)
+    bm = ctx.bare
+    if bm is not None and adapter.mlp_in is not None:  # each pass begins after its first block's attention (eval.patching.after_attention)
+        state = block_state(adapter, task.tokens, task.mask, ctx.reference, base)
+        for i0 in range(0, len(order), per):
+            chunk = order[i0:i0 + per]
+            sets = [set(ablated_sets[i]) for i in chunk]
+            with torch.no_grad():
+                logits = logits_after_attention(adapter, bm, state, min(firsts[i] for i in chunk), sets, set(base),
+                                                ctx.reference, task.tokens, task.mask)
+            for j, i in enumerate(chunk):
+                out[i] = float(metric(logits[j * n:(j + 1) * n]))
+        return out
+    starts = ctx.starts if not base else adapter.starts(task.tokens, task.mask, reference=ctx.reference,
+                                                        nodes={b: 1.0 for b in base})
     for i0 in range(0, len(order), per):
         chunk = order[i0:i0 + per]
         k, first = len(chunk), min(firsts[i] for i in chunk)

@@ -20,6 +20,7 @@ keep the hooked path); the logits are the hooked pass's up to float rounding
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from collections.abc import Callable
 from typing import Any
@@ -67,25 +68,29 @@ class BareModel:
     causal: bool
     scale: float
     """What attention scores are divided by (cfg.attn_scale)."""
-    unembed: Any
-    """The model's unembedding module."""
+    unembed: Callable[[torch.Tensor], torch.Tensor]
+    """The model's unembedding module (a HookedTransformer's; W_U x + b_U for siit's Transformer)."""
 
 
 def bare_model(model: Any) -> BareModel | None:
-    """The written-out form of a zoo-shaped 3.x HookedTransformer, or None where its blocks do
-    something this module does not write out (a bridge, LayerNorm, other attention or MLPs)."""
+    """The written-out form of a zoo-shaped 3.x HookedTransformer (or of a model that declares it
+    computes one's forward, HOOKED_FORWARD: siit's Transformer), or None where its blocks do something
+    this module does not write out (a bridge, LayerNorm, other attention or MLPs)."""
     cfg = getattr(model, "cfg", None)
-    # TransformerLens' own HookedTransformer only: a bridge, or siit's Transformer (which eval also
-    # runs through hooks), keeps the hooked path.
-    if cfg is None or not type(model).__module__.startswith("transformer_lens.") or tlens.is_bridge(model):
+    if cfg is None or tlens.is_bridge(model):
         return None
-    plain = (cfg.normalization_type is None and cfg.act_fn in ("relu", "gelu") and not cfg.attn_only
+    own = bool(getattr(model, HOOKED_FORWARD, False))
+    if not own and not type(model).__module__.startswith("transformer_lens."):
+        return None
+    plain = (cfg.normalization_type is None and cfg.act_fn in ("relu", "gelu") and not getattr(cfg, "attn_only", False)
              and cfg.attention_dir in ("causal", "bidirectional") and cfg.positional_embedding_type == "standard"
              and not getattr(cfg, "gated_mlp", False) and getattr(cfg, "n_key_value_heads", None) is None
              and getattr(cfg, "attn_scores_soft_cap", -1.0) in (None, -1.0)
              and not getattr(cfg, "use_attention_sinks", False) and not getattr(cfg, "use_local_attn", False)
              and not getattr(cfg, "use_logn_attn", False) and getattr(cfg, "clip_qkv", None) is None
-             and getattr(cfg, "original_architecture", None) is None and cfg.dtype == torch.float32)
+             and getattr(cfg, "original_architecture", None) is None
+             and getattr(cfg, "dtype", torch.float32) == torch.float32
+             and all(p.dtype == torch.float32 for p in model.parameters()))
     if not plain:
         return None
     L = int(cfg.n_layers)
@@ -96,13 +101,28 @@ def bare_model(model: Any) -> BareModel | None:
 
     W_qkv = torch.cat([stack(f"attn.W_{x}") for x in "QKV"], dim=1)  # [L, 3H, d, dh]
     H, dh = int(cfg.n_heads), int(cfg.d_head)
+    # siit's Transformer scales by sqrt(d_head), as TransformerLens does by default; its unembedding
+    # holds W_U and b_U without a forward
+    scale = float(getattr(cfg, "attn_scale", math.sqrt(dh)))
+    W_U, b_U = model.unembed.W_U.detach(), model.unembed.b_U.detach()
+    unembed = functools.partial(_unembed, W_U, b_U) if own else model.unembed
     return BareModel(n_layers=L, n_heads=H, d_head=dh, W_qkv=W_qkv, W_qkvT=W_qkv.transpose(2, 3).contiguous(),
                      W_cat=W_qkv.permute(0, 2, 1, 3).reshape(L, W_qkv.shape[2], 3 * H * dh),
                      b_qkv=torch.stack([stack(f"attn.b_{x}") for x in "QKV"], dim=1),
                      W_O=stack("attn.W_O"), b_O=stack("attn.b_O"), W_in=stack("mlp.W_in"), b_in=stack("mlp.b_in"),
                      W_out=stack("mlp.W_out"), b_out=stack("mlp.b_out"),
                      act=torch.relu if cfg.act_fn == "relu" else torch.nn.functional.gelu,
-                     causal=cfg.attention_dir == "causal", scale=float(cfg.attn_scale), unembed=model.unembed)
+                     causal=cfg.attention_dir == "causal", scale=scale, unembed=unembed)
+
+
+HOOKED_FORWARD = "hooked_forward"
+"""The class attribute (True) of a model that is not TransformerLens's but computes a 3.x
+HookedTransformer's forward for its config over the same parameter names (siit.transformer.Transformer):
+written out like one."""
+
+
+def _unembed(W_U: torch.Tensor, b_U: torch.Tensor, x: torch.Tensor) -> torch.Tensor:
+    return x @ W_U + b_U
 
 
 MASKED = -1e30

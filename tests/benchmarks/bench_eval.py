@@ -1,9 +1,12 @@
-"""Wall time and metrics of every built-in method on compiled cases, printed as JSON.
+"""Wall time and metrics of built-in methods on compiled cases or trained entries, printed as JSON.
 
     python tests/benchmarks/bench_eval.py [--cases 3 4 19] [--n 200] [--stability-seeds 10]
+        [--model compiled|trained] [--root ROOT] [--methods all | KEY ...]
 
 Each method is evaluated on its own (default settings: K = 10 stability runs, resample
-ablation), so `method_s` is the method's K runs and `metrics_s` the scoring (ablations, MIB curve).
+ablation), so `method_s` is the method's K runs and `metrics_s` the scoring (ablations, MIB curve);
+`wall_s` also holds what every evaluation does once (task data, anchors, inert ground truth).
+A planted model's trained entry: `--cases large-circuit --model trained --root ROOT`.
 """
 
 from __future__ import annotations
@@ -21,7 +24,12 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=200)
     parser.add_argument("--stability-seeds", type=int, default=10)
     parser.add_argument("--root", default=None)
+    parser.add_argument("--model", choices=("compiled", "trained"), default="compiled")
     args = parser.parse_args()
+    if args.methods == ["all"]:
+        from eval.methods.registry import REGISTRY
+
+        args.methods = list(REGISTRY)
 
     import torch
 
@@ -31,11 +39,11 @@ def main() -> None:
     rows = []
     for case in args.cases:
         start = time.perf_counter()
-        target = resolve_target(case, "compiled", args.root)
+        target = resolve_target(case, args.model, args.root)
         setup = time.perf_counter() - start
         for key in args.methods:
             start = time.perf_counter()
-            report = evaluate(case, key, model="compiled", root=args.root, n=args.n,
+            report = evaluate(target, key, n=args.n,
                               stability_seeds=args.stability_seeds)
             total = time.perf_counter() - start
             m = report.methods[0]
@@ -53,7 +61,8 @@ def main() -> None:
                 "identified": list(m.identified),
             })
         del target
-    print(json.dumps({"n": args.n, "stability_seeds": args.stability_seeds, "torch_threads": 1, "rows": rows},
+    print(json.dumps({"n": args.n, "stability_seeds": args.stability_seeds, "model": args.model, "torch_threads": 1,
+                      "rows": rows},
                      indent=1))
 
 

@@ -125,11 +125,34 @@ def test_sets_of_weighted_edges_written_out_equal_through_hooks():
     assert torch.allclose(got, want, atol=1e-5)
 
 
-def test_no_written_out_model_for_siits_own_transformer():
-    """eval also runs siit's Transformer (its cfg a namespace, its unembedding no module): through hooks."""
-    from eval.core.tlens import hooked_config
+@pytest.mark.parametrize("causal", [True, False], ids=["causal", "bidirectional"])
+def test_siits_own_transformer_is_written_out_as_its_hooked_passes(causal):
+    """validation.json's edge sections run eval's edge patching and node ablations on siit's Transformer
+    (no transformer_lens import): written out (its cfg a namespace, its unembedding W_U and b_U without a
+    forward), they equal its own hooked passes, on a padded row."""
+    from eval.core.tlens import build_hooked, hooked_config
+    from eval.methods.edge_patching import behaviour_metric, patched_metrics
+    from eval.patching.ablation import behaviour_tensor, node_metrics
+    from siit.initialise import init_weights
     from siit.transformer import Transformer
 
-    config = hooked_config(n_layers=1, d_model=8, n_heads=2, d_head=4, d_mlp=16, d_vocab=7, d_vocab_out=5,
-                           n_ctx=6, causal=True, act_fn="gelu")
-    assert bare.bare_model(Transformer(config)) is None
+    config = hooked_config(n_layers=2, d_model=8, n_heads=2, d_head=4, d_mlp=16, d_vocab=7, d_vocab_out=5,
+                           n_ctx=6, causal=causal, act_fn="gelu")
+    model = Transformer(config)
+    init_weights(model, torch.Generator().manual_seed(1))
+    task = tiny_task(build_hooked(config, model.state_dict()), seed=3)  # labels from the same weights
+    ctx = make_context(model, task, graph_of(model))
+    assert ctx.bare is not None
+    edges = sorted(ctx.graph.at("qkv").edges)
+    sets = [{e: 1.0} for e in edges] + [{e: 0.5 for e in edges if e[1] == "logits"}]
+    comps = list(ctx.graph.components)
+    node_sets = [[c] for c in comps] + [comps, ["a0.h1", "m1"]]
+    node_metric = lambda logits: behaviour_tensor(task, logits)  # noqa: E731
+    got = patched_metrics(ctx, sets, behaviour_metric(task), max_rows=4 * task.n)
+    got_nodes = node_metrics(ctx, node_sets, node_metric, base=["a1.h0"], max_rows=3 * task.n)
+    ctx.__dict__["bare"] = None  # the hooked passes
+    want = patched_metrics(ctx, sets, behaviour_metric(task), max_rows=4 * task.n)
+    want_nodes = node_metrics(ctx, node_sets, node_metric, base=["a1.h0"], max_rows=3 * task.n)
+    assert torch.allclose(got, want, atol=1e-5), (got - want).abs().max()
+    assert got_nodes == pytest.approx(want_nodes, abs=1e-5)
+    assert (want - want.mean()).abs().max() > 1e-3  # the patches move the metric

@@ -126,6 +126,20 @@ def test_batched_node_ablations_equal_one_pass_each(ctx):
     assert len(set(round(v, 4) for v in want)) > 3  # the sets differ in effect
 
 
+@pytest.mark.parametrize("kind", ["mean", "zero"])
+def test_batched_node_ablations_equal_one_pass_each_under_mean_and_zero(ctx, kind):
+    """node_metrics' passes begin after their first block's attention (eval.patching.after_attention);
+    under mean and zero ablation too (a reference of every row alike) they equal a full pass per set."""
+    c = make_context(ctx.model, ctx.task, ctx.graph, kind)
+    assert c.bare is not None  # the written-out path is the one under test
+    task, comps = c.task, list(c.graph.components)
+    sets = [[x] for x in comps] + [[], comps, ["a2.h0", "m2"], ["a0.h1", "m0", "a1.h1"]]
+    for base in ([], ["a1.h0", "m2"]):
+        got = node_metrics(c, sets, lambda logits: behaviour_tensor(task, logits), base=base, max_rows=2 * task.n)
+        want = [behaviour(task, run_nodes_ablated(c, {*s, *base})) for s in sets]
+        assert got == pytest.approx(want, abs=1e-5)
+
+
 def test_batched_greedy_path_equals_the_one_pass_per_candidate_walk(ctx):
     nb = node_behaviour(ctx)
     comps = list(ctx.graph.components)

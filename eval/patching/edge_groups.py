@@ -111,6 +111,22 @@ class Group:
         b, p, d = plan.out[self.sources[0]].shape
         return out.view(G, r, b // G, p, d)
 
+    def one_sender(self) -> bool:
+        """Whether every reader of the group reads one and the same writer (layer 0's q/k/v: the input)."""
+        return sum(int(w.shape[2]) for _, w in self.parts) == 1
+
+    def projected(self, plan: Differences, W: torch.Tensor) -> torch.Tensor:
+        """[G, readers, (batch // G)·pos, d_head]: each reader's Δ_r W_r (W [readers, d_model, d_head]) for a
+        group of one sender (one_sender): its difference projected through every reader's W at once, then
+        weighted per reader, so Δ [G, readers, rows, pos, d_model] and its gradient are never made (on
+        planted large-circuit's 297 q/k/v readers, a gigabyte each in every step of edge SP)."""
+        (chunk, w), = [(c, w) for c, w in self.parts if w.shape[2]]
+        G, R = int(w.shape[0]), int(w.shape[1])
+        D = plan.diff(chunk, G)  # [G, 1, (batch // G)·pos·d]
+        d, k = int(W.shape[1]), int(W.shape[2])
+        DW = D.view(G, -1, d) @ W.permute(1, 0, 2).reshape(d, R * k)  # [G, rows·pos, R·k]
+        return (DW.view(G, -1, R, k) * w[:, None, :, 0, None]).permute(0, 2, 1, 3)  # [G, R, rows·pos, k]
+
 
 def make_group(readers: list[str], by_reader: Mapping[str, Mapping[str, Weight]],
                by_col: Mapping[str, Mapping[str, int]], batch: int, matrix: torch.Tensor | None,

@@ -1,8 +1,6 @@
 """The hooks of one eval.patching.hooks pass: which hook points an Adapter.run needs and what each does
-(node patches, edge patches as per-reader deltas, reads, start states). Private to eval.patching.hooks,
-split off to keep each module readable; nothing else imports it. The edge-patch deltas themselves
-are summed in eval.patching.edge_groups.
-"""
+(node patches, edge patches as per-reader deltas, reads, start states). Private to eval.patching.hooks (split
+off to keep each module readable); the edge-patch deltas themselves are summed in eval.patching.edge_groups."""
 
 from __future__ import annotations
 
@@ -62,9 +60,9 @@ class Plan:
     out: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     inp: dict[str, torch.Tensor] = dataclasses.field(default_factory=dict)
     resid_pre: dict[int, torch.Tensor] = dataclasses.field(default_factory=dict)
-    attn_delta: dict[int, tuple[torch.Tensor, torch.Tensor]] = dataclasses.field(default_factory=dict)
-    """Layer -> the edge patches' Δ into its heads' inputs [G, 3H, batch // G, pos, d_model] and
-    that Δ through W_Q, W_K, W_V [batch, pos, 3, H, d_head]."""
+    attn_delta: dict[int, tuple[torch.Tensor | None, torch.Tensor]] = dataclasses.field(default_factory=dict)
+    """Layer -> the edge patches' Δ into its heads' inputs [G, 3H, batch // G, pos, d_model] (None where
+    only its projection is made: Group.projected) and that Δ through W_Q, W_K, W_V [batch, pos, 3, H, d_head]."""
     chunk_sources: dict[Chunk, tuple[str, ...]] = dataclasses.field(default_factory=dict)
     """Chunk -> the writers of that chunk some group patches, forward order."""
     diffs: dict[tuple[Chunk, int], torch.Tensor] = dataclasses.field(default_factory=dict)
@@ -230,14 +228,17 @@ class Plan:
         def hook(act: torch.Tensor, hook: Any) -> torch.Tensor:  # act: [batch, pos, H, d_head]
             group = self.attn_groups.get(layer)
             if group is not None and layer not in self.attn_delta:  # q, k, v share one Δ per layer
-                delta = group.delta(self)  # [G, 3H readers, batch // G, pos, d_model]
-                # Projected for q, k and v at once, and sliced after: a slice's gradient is a
-                # zero-filled tensor of the sliced one's size, d_head here instead of d_model.
-                # A matmul batched over (block, reader) reads Δ in place; an einsum would permute it.
                 W_qkv = torch.cat([self.a.attn[f"W_{y.upper()}"][layer] for y in QKV]).to(act.dtype)  # [3H, d, k]
-                G, R, q, p, d = delta.shape
-                proj = torch.matmul(delta.view(G, R, q * p, d), W_qkv)  # [G, 3H, q·pos, d_head]
-                proj = proj.view(G, 3, -1, q, p, proj.shape[-1]).permute(0, 3, 4, 1, 2, 5).reshape(
+                G = int(group.weights.shape[0])
+                q, p = act.shape[0] // G, act.shape[1]
+                if group.one_sender() and not any(head_node(layer, h, y) in self.read_in for h in range(H) for y in QKV):
+                    delta, proj = None, group.projected(self, W_qkv)  # no input read: Δ itself is never needed
+                else:
+                    delta = group.delta(self)  # [G, 3H readers, batch // G, pos, d_model]
+                    # Projected for q, k and v at once, then sliced (a slice's gradient is zero-filled at the
+                    # sliced one's size: d_head, not d_model); a batched matmul reads Δ in place, an einsum permutes it
+                    proj = torch.matmul(delta.view(G, 3 * H, q * p, -1), W_qkv)  # [G, 3H, q·pos, d_head]
+                proj = proj.reshape(G, 3, H, q, p, proj.shape[-1]).permute(0, 3, 4, 1, 2, 5).reshape(
                     *act.shape[:2], 3, *act.shape[2:])
                 self.attn_delta[layer] = (delta, proj)
             delta, proj = self.attn_delta[layer] if group is not None else (None, None)

@@ -176,6 +176,25 @@ def test_an_edge_matrix_equals_per_row_edge_weights(ctx):
     assert g_matrix.abs().min() > 0
 
 
+def test_one_senders_readers_projected_without_their_difference(ctx):
+    """Layer 0's q/k/v readers read the input alone: a pass that reads none of their inputs projects the
+    input's difference through every reader's weights and skips Δ (edge_groups.Group.projected); the
+    same logits and gradients as a pass that reads one of them, and so makes Δ."""
+    a, task = ctx.adapter, ctx.task
+    n, k = task.n, 3
+    keys = (("input", "a0.h0<q>"), ("input", "a0.h1<k>"), ("input", "a0.h1<v>"), ("input", "a0.h0<v>"),
+            ("input", "a1.h0<q>"), ("a0.h1", "logits"))
+    W = torch.rand(k, len(keys), generator=torch.Generator().manual_seed(2), requires_grad=True)
+    tokens, mask = task.tokens.repeat(k, 1), task.mask.repeat(k, 1)
+    reference = {w: v.repeat(k, 1, 1) for w, v in ctx.reference.items()}
+    runs = [a.run(tokens, mask, reference=reference, edge_matrix=(keys, W), grad=True, read_inputs=reads)
+            for reads in ((), ("a0.h1<q>",))]
+    grads = [torch.autograd.grad(r.logits.square().sum(), [W])[0] for r in runs]
+    torch.testing.assert_close(runs[0].logits, runs[1].logits, atol=ATOL, rtol=0)
+    torch.testing.assert_close(grads[0], grads[1], atol=1e-4, rtol=1e-4)
+    assert grads[0][:, :4].abs().min() > 0  # each layer-0 edge moves the output
+
+
 @pytest.mark.smoke
 def test_groups_reading_different_senders_of_one_layer(ctx):
     """Edge patches are summed per chunk of senders (one layer's heads, an MLP, the input), each

@@ -1,13 +1,12 @@
 """A TransformerLens-format config + state dict -> a small pure-torch transformer with node patching.
 
-Importing transformer_lens takes ~8 s on the target machines, longer than a whole training run, so
-training runs this module instead. It uses TransformerLens's parameterisation and state-dict names
-(embed.W_E, pos_embed.W_pos, blocks.{l}.attn.W_Q [H, d_model, d_head], ..., unembed.W_U) and
-reproduces HookedTransformer's forward pass for the configs the zoo uses (no layer norm, standard
-positional embeddings, attention scaled by 1/sqrt(d_head)), including how it treats an
-`attention_mask`: pad positions get a zero positional embedding, padded keys are masked only under
-causal attention (TransformerLens applies the padding mask inside its causal mask, so a
-bidirectional model attends to PAD tokens), and rows with no allowed key become zeros (tested).
+Importing transformer_lens takes ~8 s here, longer than a whole training run, so training runs this module
+instead. It uses TransformerLens's parameterisation and state-dict names (embed.W_E, pos_embed.W_pos,
+blocks.{l}.attn.W_Q [H, d_model, d_head], ..., unembed.W_U) and reproduces HookedTransformer's forward pass
+for the configs the zoo uses (no layer norm, standard positional embeddings, attention scaled by
+1/sqrt(d_head)), including how it treats an `attention_mask`: pad positions get a zero positional embedding,
+padded keys are masked only under causal attention (TransformerLens applies the padding mask inside its
+causal mask, so a bidirectional model attends to PAD tokens), and rows with no allowed key become zeros (tested).
 
 `run_with_hooks` is a second, slower forward pass calling TransformerLens-style hooks (`fn(activation, hook)
 -> activation`) where eval.patching.hooks patches and reads (hook_resid_pre, attn.hook_q/k/v/z, hook_attn_out,
@@ -167,7 +166,7 @@ class Transformer(nn.Module):
                 x = x + result.sum(dim=2) + block.attn.b_O
                 if edges is not None:
                     edges.wrote(values[layer][:, :, :H], result)
-            mlp_out = self._mlp(block.mlp, x if edges is None else edges.mlp_input(x, layer))  # [B, T, d]
+            mlp_out = self.mlp_output(layer, x if edges is None else edges.mlp_input(x, layer))  # [B, T, d]
             if patch is not None:
                 m = patch.mask[:, layer, H]
                 mlp_out = _replace_rows(m[:, None, None], values[layer][:, :, H], mlp_out)
@@ -194,9 +193,8 @@ class Transformer(nn.Module):
         return first, repeat_rows_to(x, tokens.shape[0])
 
     def residuals(self, tokens: torch.Tensor, attention_mask: torch.Tensor, acts: torch.Tensor) -> torch.Tensor:
-        """[n_layers + 1, batch, pos, d_model]: the residual stream entering each block (and leaving
-        the last) of the run whose node activations are `acts` (forward(..., return_acts=True)),
-        summed in forward's order."""
+        """[n_layers + 1, batch, pos, d_model]: the residual stream entering each block (and leaving the last)
+        of the run whose node activations are `acts` (forward(..., return_acts=True)), in forward's order."""
         x = self._embed(tokens, attention_mask.bool())
         out = [x]
         for layer, block in enumerate(self.blocks):
@@ -261,7 +259,7 @@ class Transformer(nn.Module):
             attn_out = torch.einsum("bthk,hkd->btd", z, block.attn.W_O) + block.attn.b_O
             x = x + at(name + "hook_attn_out", attn_out)
             mlp_in = at(name + "hook_mlp_in", x)
-            x = x + at(name + "hook_mlp_out", self._mlp(block.mlp, mlp_in))
+            x = x + at(name + "hook_mlp_out", self.mlp_output(layer, mlp_in))
             x = at(name + "hook_resid_post", x)
         return x @ self.unembed.W_U + self.unembed.b_U
 
@@ -289,7 +287,7 @@ class Transformer(nn.Module):
             z = self._attend(q[:, None], k[:, None], v[:, None], allowed)[:, 0]  # [batch, pos, d_head]
             written = written - head + z @ a.W_O[h]
         mid = x + written + a.b_O
-        return mid + self._mlp(block.mlp, mid if slot < 3 * H else mid + delta)
+        return mid + self.mlp_output(layer, mid if slot < 3 * H else mid + delta)
 
     def input_embedding(self, tokens: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """[batch, pos, d_model]: what the `input` sender writes (edge patching's input values)."""
@@ -301,7 +299,9 @@ class Transformer(nn.Module):
         pos = torch.where(real[..., None], self.pos_embed.W_pos[: tokens.shape[1]], 0.0)
         return self.embed.W_E[tokens] + pos
 
-    def _mlp(self, mlp: nn.Module, x: torch.Tensor) -> torch.Tensor:
+    def mlp_output(self, layer: int, x: torch.Tensor) -> torch.Tensor:
+        """Block `layer`'s MLP output [batch, pos, d_model] on its input x [batch, pos, d_model]."""
+        mlp = self.blocks[layer].mlp
         return self.act(x @ mlp.W_in + mlp.b_in) @ mlp.W_out + mlp.b_out
 
     def _allowed(self, real: torch.Tensor, present: torch.Tensor | None) -> torch.Tensor | None:

@@ -51,3 +51,36 @@ def test_case_33_reaches_criterion_lean(compiled) -> None:
     m = result.metrics
     assert m["accuracy"] == 1.0 and m["iia_min"] == 1.0 and m["siia_min"] == 1.0 and m["siia_all"] == 1.0
     assert result.evaluator.sum_heads  # the checks and the validation took the summed heads too
+
+
+@pytest.mark.parametrize("case_id", ["3", "13"])  # causal; bidirectional, every input shape
+def test_a_lean_checks_runs_begin_after_the_attention_as_the_patched_forward(compiled, case_id: str) -> None:
+    """siit.metrics.after_attention: a run patched from block l on, begun after block l's attention, gives
+    the logits of the patched forward begun at block l, whatever the rows patch at l and later."""
+    from siit.initialise import init_weights
+    from siit.interventions import node_activations, repeat_rows
+    from siit.metrics import after_attention
+    from siit.transformer import Patch, Transformer
+
+    s = prepare(compiled(case_id), TrainConfig(**SMALL))
+    model = Transformer(s.low_config)
+    init_weights(model, torch.Generator().manual_seed(0))
+    d, ev = s.final_evaluator.data, s.final_evaluator
+    n, L, S = len(d), model.n_layers, model.n_heads + 1
+    with torch.no_grad():
+        acts = node_activations(model, d.tokens, d.mask, d.present)
+        src, resid = acts[:, ev.sources], model.residuals(d.tokens, d.mask, acts)
+        gen, g = torch.Generator().manual_seed(1), 3
+        tokens, mask = repeat_rows(d.tokens, g), repeat_rows(d.mask, g)
+        present = None if d.present is None else repeat_rows(d.present, g)
+        for layer in range(L):
+            rows = torch.rand(g * n, L, S, generator=gen) < 0.3
+            rows[:, :layer] = False
+            want = model(tokens, mask, Patch(mask=rows, values=src), present=present, start=(layer, resid[layer]))[0]
+            later = rows.clone()
+            later[:, : layer + 1] = False
+            x = after_attention(model, layer, rows, src, acts, resid)
+            got = model(tokens, mask, Patch(mask=later, values=src), present=present, start=(layer + 1, x))[0]
+            assert torch.allclose(got, want, atol=1e-4), (layer, (got - want).abs().max())
+            unpatched = model(tokens, mask, present=present, start=(layer, resid[layer]))[0]
+            assert (want - unpatched).abs().max() > 1e-3  # the patches move the logits

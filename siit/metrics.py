@@ -271,18 +271,18 @@ def meets_criterion(metrics: dict[str, Any], judged: tuple[str, ...], criterion:
 def after_attention(model: Transformer, layer: int, rows: torch.Tensor, source_acts: torch.Tensor, acts: torch.Tensor,
                     resid: torch.Tensor) -> torch.Tensor:
     """[g·n, T, d_model]: the residual leaving block `layer` under each row's patch (rows bool [g·n, L, S], row
-    j patching base j mod n from source_acts [L, n, T, S, d]; acts: the clean run's, resid its residuals
+    j patching base j mod n from source_acts [L, n or 1, T, S, d]; acts: the clean run's, resid its residuals
     [L + 1, n, T, d]), for patches of block `layer` and later only. Nothing such a patch changes is read by
     block `layer`'s heads, so their outputs are the clean run's: the block's attention output is the clean
     one plus each patched head's value minus its clean output, and only the MLP runs per row. On planted
     large-circuit (one block of 99 heads) a check's patched runs were mostly that attention, computed again
     for every group of every check; to float rounding the same as the patched forward (tested), so only lean
     (wide-model) evaluators take it and every other entry's checks stay bit for bit."""
-    H, n = model.n_heads, acts.shape[1]
+    H, n, b = model.n_heads, acts.shape[1], source_acts.shape[1]  # b: n, or 1 (a mean ablation's values)
     mid = (resid[layer + 1] - acts[layer, :, :, H]).repeat(rows.shape[0] // n, 1, 1)  # the clean MLP input
     r, h = rows[:, layer, :H].nonzero(as_tuple=True)
     if r.numel():
-        mid = mid.index_add(0, r, source_acts[layer, r % n, :, h] - acts[layer, r % n, :, h])
+        mid = mid.index_add(0, r, source_acts[layer, r % b, :, h] - acts[layer, r % n, :, h])
     out = model.mlp_output(layer, mid)
     patched = rows[:, layer, H]
     if bool(patched.any()):

@@ -73,14 +73,16 @@ def test_a_lean_checks_runs_begin_after_the_attention_as_the_patched_forward(com
         gen, g = torch.Generator().manual_seed(1), 3
         tokens, mask = repeat_rows(d.tokens, g), repeat_rows(d.mask, g)
         present = None if d.present is None else repeat_rows(d.present, g)
-        for layer in range(L):
+        mean = acts.mean(dim=1, keepdim=True)  # one row for every base, as the mean ablation's values
+        for layer, values in [(layer, v) for layer in range(L) for v in (src, mean)]:
             rows = torch.rand(g * n, L, S, generator=gen) < 0.3
             rows[:, :layer] = False
-            want = model(tokens, mask, Patch(mask=rows, values=src), present=present, start=(layer, resid[layer]))[0]
+            want = model(tokens, mask, Patch(mask=rows, values=values), present=present,
+                         start=(layer, resid[layer]))[0]
             later = rows.clone()
             later[:, : layer + 1] = False
-            x = after_attention(model, layer, rows, src, acts, resid)
-            got = model(tokens, mask, Patch(mask=later, values=src), present=present, start=(layer + 1, x))[0]
+            x = after_attention(model, layer, rows, values, acts, resid)
+            got = model(tokens, mask, Patch(mask=later, values=values), present=present, start=(layer + 1, x))[0]
             assert torch.allclose(got, want, atol=1e-4), (layer, (got - want).abs().max())
             unpatched = model(tokens, mask, present=present, start=(layer, resid[layer]))[0]
             assert (want - unpatched).abs().max() > 1e-3  # the patches move the logits

@@ -96,3 +96,14 @@ def test_outside_case_that_is_not_a_case_exits_2():
 def test_debug_shows_the_traceback():
     result = zoo("--debug", "show", "case", "999")
     assert result.returncode != 0 and "Traceback" in result.stderr
+
+
+@pytest.mark.parametrize("command", ["list", "bench"])
+def test_family_help_names_every_failure_mode_family(command):
+    """--family's help lists the families by hand (the CLI does not import planted to print it): every
+    family of planted.failure_modes must be there."""
+    from planted.failure_modes import FAMILIES
+
+    text = " ".join(zoo(command, "--help").stdout.split()).replace("- ", "-")  # argparse wraps at spaces and hyphens
+    for family in FAMILIES:
+        assert family in text, family

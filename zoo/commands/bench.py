@@ -37,8 +37,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="planted entries by name, comma-separated (folders planted-NAME under the root's entries; a "
                    "multi-task bundle's name, e.g. mt-2x4, stands for all its views)")
     p.add_argument("--family", action="append", default=[], metavar="NAME",
-                   help="the planted entries of a failure-mode family (rare-feature, cancellation, saturation, redundancy, distribution-shift; all: every "
-                   "family; `zoo list planted --family NAME`), added to --planted (repeatable)")
+                   help="the planted entries of a failure-mode family (rare-feature, cancellation, saturation, redundancy, "
+                   "distribution-shift, large-circuit; all: every family; `zoo list planted --family NAME`), added to "
+                   "--planted (repeatable)")
     p.add_argument("--method", action="append", default=[], metavar="NAME",
                    help="method (repeatable or comma-separated): a built-in key or package.module:function; "
                    "default every built-in method")

@@ -20,7 +20,8 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="what to list (default case)")
     p.add_argument("--family", metavar="NAME",
                    help="only the planted models of a failure-mode family (planted.failure_modes: rare-feature, "
-                        "cancellation, saturation, redundancy, distribution-shift; all: every family); implies `planted`")
+                        "cancellation, saturation, redundancy, distribution-shift, large-circuit; all: every family); implies "
+                        "`planted`")
     p.set_defaults(func=run_list)
 
     p = sub.add_parser("show", help="show a case or planted model: program, vocab, dimensions, circuit",

@@ -37,7 +37,7 @@ def bench_entries(root: Path, *, cases: Sequence[str] = (), planted: Sequence[st
             if f"planted-{name}" not in have:
                 raise ZooError(f"no planted entry planted-{name} under {where} (planted entries there: "
                                f"{', '.join(have) or 'none'})")
-            out.append(_trained(where / f"planted-{name}", root, ablation))
+            out.append(bench_entry_of(where / f"planted-{name}", root, ablation))
     for case_id in cases:
         out.append(_case_entry(case_id, root, model, ablation))
     if not cases and not planted:
@@ -48,7 +48,7 @@ def bench_entries(root: Path, *, cases: Sequence[str] = (), planted: Sequence[st
             if name.startswith("case-") and model == "compiled":
                 out.append(_case_entry(name[len("case-"):], root, model, ablation))
             elif model != "compiled":
-                out.append(_trained(where / name, root, ablation))
+                out.append(bench_entry_of(where / name, root, ablation))
     return out
 
 
@@ -66,11 +66,12 @@ def _case_entry(case_id: str, root: Path, model: ModelChoice, ablation: str) -> 
         raise ZooError(f"no trained entry {case.entry_name} under {entries_dir(root)}; train it first or use "
                        "--model compiled")
     if model != "compiled" and trained.is_dir():
-        return _trained(trained, root, ablation)
+        return bench_entry_of(trained, root, ablation)
     return _compiled(case, root)
 
 
-def _trained(path: Path, root: Path, ablation: str) -> Any:
+def bench_entry_of(path: Path, root: Path, ablation: str) -> Any:
+    """The BenchEntry of the trained entry folder `path` (bench_entries' and a `zoo bench --jobs` worker's)."""
     from eval.leaderboard.cells import BenchEntry
 
     try:

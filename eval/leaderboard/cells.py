@@ -285,15 +285,26 @@ def cell_from_result(r: MethodResult, *, method: str, entry: BenchEntry, seed: i
 
 def run_bench(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], settings: BenchSettings,
               cache: str | Path, *, progress: Callable[[Cell, bool], None] | None = None,
-              runs: RunProgress | None = None) -> BenchRun:
+              runs: RunProgress | None = None, done: Mapping[tuple[str, str], Cell] | None = None) -> BenchRun:
     """Every method on every entry, from the cache where its key matches, on settings.threads
     torch threads. `progress(cell, cached)` is called once per cell, `runs` as each method run of
     a computed cell begins (eval.evaluate). A method's failure on an entry is an `error` cell, not
-    the end of the run; Ctrl-C ends it, leaving the finished cells cached."""
+    the end of the run; Ctrl-C ends it, leaving the finished cells cached. `done`: (method key, entry
+    name) -> a cell computed elsewhere in this run (`zoo bench --jobs`' workers), counted as computed."""
     cache = Path(cache)
     scorer = scorer_fingerprint()
     with _torch_threads(settings.threads):
-        return _run(entries, methods, settings, cache, scorer, progress, runs)
+        return _run(entries, methods, settings, cache, scorer, progress, runs, done or {})
+
+
+def cached_cell(entry: BenchEntry, method: BenchMethod, settings: BenchSettings, cache: str | Path) -> Cell | None:
+    """The cell's cached result under its current key, or None where it must be computed (a score
+    folder without this entry's file is neither: run_bench reports it missing without computing)."""
+    if method.source == "scores" and _score_path(method, entry.name) is None:
+        return Cell(method=method.key, entry=entry.name, model=entry.model, seed=settings.seed, status="missing")
+    score_path = _score_path(method, entry.name) if method.source == "scores" else None
+    key = cell_key(entry, method, settings, score_path, scorer_fingerprint())
+    return _read_cell(cell_path(Path(cache), method, entry, settings.seed), key)
 
 
 @contextlib.contextmanager
@@ -310,13 +321,18 @@ def _torch_threads(threads: int) -> Iterator[None]:
 
 
 def _run(entries: Sequence[BenchEntry], methods: Sequence[BenchMethod], settings: BenchSettings, cache: Path,
-         scorer: str, progress: Callable[[Cell, bool], None] | None, runs: RunProgress | None) -> BenchRun:
+         scorer: str, progress: Callable[[Cell, bool], None] | None, runs: RunProgress | None,
+         done: Mapping[tuple[str, str], Cell]) -> BenchRun:
     cells: list[Cell] = []
     computed = reused = 0
     for entry in entries:
         target: Target | None = None
         load_error = ""
         for method in methods:
+            if (method.key, entry.name) in done:
+                computed += 1
+                cells.append(done[(method.key, entry.name)])
+                continue
             score_path = _score_path(method, entry.name) if method.source == "scores" else None
             if method.source == "scores" and score_path is None:
                 cell = Cell(method=method.key, entry=entry.name, model=entry.model, seed=settings.seed,

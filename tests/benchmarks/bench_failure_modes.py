@@ -7,7 +7,7 @@ another corruption than SIIT trained with (`corruption` in FAMILIES: distributio
 under `--corruption resample`, and each method's shift gap (its AUROC under resample minus under the
 family's corruption) is reported: its prediction holds for a method whose shift gap is at least 0.15.
 
-    python tests/benchmarks/bench_failure_modes.py --root ROOT [--root ROOT2 ...] [--seeds 0,1,2] [--n 100]
+    python tests/benchmarks/bench_failure_modes.py --root ROOT [--root ROOT2 ...] [--seeds 0,1,2] [--n 100] [--jobs 2]
 
 Each ROOT holds trained entries (`zoo train planted rare-feature --root ROOT [--seed S]`, `...
 cancellation ...`, optionally with --strict-edges): give one root per training seed. Each (root, seed)
@@ -28,7 +28,7 @@ GAP = 0.15
 """How far below the best a predicted failure must score (issue 36's target)."""
 
 
-def bench(root: Path, seed: int, n: int, resample: bool = False) -> dict:
+def bench(root: Path, seed: int, n: int, resample: bool = False, jobs: int = 1) -> dict:
     """One `zoo bench` over the failure-mode entries the root has, each under its own corruption; with
     `resample`, only the entries of families with their own corruption, under resampling instead."""
     from planted import family_members
@@ -40,7 +40,7 @@ def bench(root: Path, seed: int, n: int, resample: bool = False) -> dict:
         return {}
     extra = ["--corruption", "resample"] if resample else []
     out = subprocess.run([sys.executable, "-m", "zoo.cli", "bench", "--planted", ",".join(have), "--root", str(root),
-                          "--seed", str(seed), "--n", str(n), "--json", *extra,
+                          "--seed", str(seed), "--n", str(n), "--json", "--jobs", str(jobs), *extra,
                           "--out", str(root / "bench-failure-modes")], capture_output=True, text=True, check=True)
     return json.loads(out.stdout)
 
@@ -127,10 +127,11 @@ def main(argv: list[str] | None = None) -> int:
                     help="a zoo root with the families' entries (repeatable: one per training seed)")
     ap.add_argument("--seeds", default="0,1,2", help="method seeds, comma-separated (default 0,1,2)")
     ap.add_argument("--n", type=int, default=100, help="inputs per (method, entry) (zoo bench's default)")
+    ap.add_argument("--jobs", type=int, default=1, help="zoo bench's worker processes (the same numbers)")
     args = ap.parse_args(argv)
     runs = [(root, int(s)) for root in args.root for s in args.seeds.split(",")]
-    boards = [bench(root, seed, args.n) for root, seed in runs]
-    resampled = [bench(root, seed, args.n, resample=True) for root, seed in runs]
+    boards = [bench(root, seed, args.n, jobs=args.jobs) for root, seed in runs]
+    resampled = [bench(root, seed, args.n, resample=True, jobs=args.jobs) for root, seed in runs]
     print(json.dumps({"roots": [str(r) for r in args.root], "seeds": args.seeds, "n": args.n,
                       "families": summarise(boards, resampled)}, indent=1))
     return 0

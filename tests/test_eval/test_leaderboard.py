@@ -192,6 +192,25 @@ def test_cli_interrupted_then_rerun_computes_only_what_is_missing(cli_root, tmp_
     assert (board["computed"], board["reused"]) == (2, 1)  # random was cached before the Ctrl-C
 
 
+def test_cli_jobs_compute_the_cells_of_one_process_in_workers(cli_root, tmp_path, capsys):
+    """`zoo bench --jobs 2`: the missing cells in two spawned workers, an outside method included (rebuilt
+    there by name); the same cells as one process (but their wall time), cached for the next run."""
+    base = ["--cases", "3", "--model", "compiled", "--method", "random,eap,test_leaderboard:scaled_method",
+            "--root", str(cli_root), "--n", "16", "--json"]
+    code, out, err = _bench([*base, "--out", str(tmp_path / "one")], capsys)
+    assert code == 0, err
+    one = json.loads(out)
+    code, out, err = _bench([*base, "--out", str(tmp_path / "two"), "--jobs", "2"], capsys)
+    assert code == 0, err
+    two = json.loads(out)
+    assert (two["computed"], two["reused"]) == (3, 0)
+    timeless = lambda board: [{k: v for k, v in c.items() if k != "seconds"} for c in board["cells"]]  # noqa: E731
+    assert timeless(two) == timeless(one) and len(timeless(one)) == 3
+    code, out, err = _bench([*base, "--out", str(tmp_path / "two"), "--jobs", "2"], capsys)
+    assert code == 0, err
+    assert (json.loads(out)["computed"], json.loads(out)["reused"]) == (0, 3)
+
+
 @pytest.mark.parametrize(("argv", "needle"), [
     (["--cases", "3", "--method", "nope"], "unknown method 'nope'"),
     (["--cases", "3", "--method", "no_such_module_xyz:f"], "no_such_module_xyz"),
@@ -200,6 +219,7 @@ def test_cli_interrupted_then_rerun_computes_only_what_is_missing(cli_root, tmp_
     (["--cases", " , "], "--cases names nothing"),
     (["--cases", "3", "--scores", "/nonexistent/folder"], "is not a directory"),
     (["--cases", "3", "--n", "1"], "--n must be at least 2"),
+    (["--cases", "3", "--jobs", "0"], "--jobs must be at least 1"),
     (["--family", "nope"], "unknown family 'nope'"),
     (["--cases", "3", "--corruption", "token:0"], "unknown corruption 'token:0'"),
     (["--family", "cancellation"], "no planted entry planted-cancellation"),

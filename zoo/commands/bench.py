@@ -58,6 +58,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="torch CPU threads (default 1: the same numbers and comparable times on every machine, "
                    "and no stall when another process holds a core; more are faster on an idle machine; "
                    "part of the cache key)")
+    p.add_argument("--jobs", type=int, default=1, metavar="J",
+                   help="worker processes computing the cells the cache lacks (default 1: this process); each "
+                   "cell's numbers are the same whatever J, on --threads torch threads per worker")
     add_device(p)
     add_method_option(p)
     p.set_defaults(func=run_bench_command)
@@ -93,7 +96,7 @@ def _check_options(args: argparse.Namespace, keys: list[str]) -> None:
     from eval.methods.registry import BUILTIN_METHOD_KEYS
     from zoo.errors import ZooError
 
-    for name, value, low in (("--n", args.n, 2), ("--threads", args.threads, 1)):
+    for name, value, low in (("--n", args.n, 2), ("--threads", args.threads, 1), ("--jobs", args.jobs, 1)):
         if value < low:
             raise ZooError(f"{name} must be at least {low}, got {value}")
     for key in keys:
@@ -140,9 +143,11 @@ def run_bench_command(args: argparse.Namespace) -> int:
     settings = BenchSettings(seed=args.seed, n=args.n, ablation=args.ablation, corruption=corruption,
                              threads=args.threads, device=device)
     bar = _bar(len(entries) * len(methods))
+    specs = [("method", (k, options.get(k))) for k in chosen] + [("scores", d) for d in args.scores]
     try:
-        with _stdout_to_stderr():  # a method's prints must not reach --json
-            run = run_bench(entries, methods, settings, out / "cache", progress=bar, runs=bar.runs)
+        with _stdout_to_stderr():  # a method's prints must not reach --json (nor a worker's: fd 1 is stderr here)
+            done = None if args.jobs == 1 else _in_workers(args, root, entries, methods, specs, settings, out, bar)
+            run = run_bench(entries, methods, settings, out / "cache", progress=bar, runs=bar.runs, done=done)
     except KeyboardInterrupt:
         bar.close()
         print(f"zoo: finished cells are cached in {out / 'cache'}; rerun to compute only what is missing",
@@ -159,6 +164,19 @@ def run_bench_command(args: argparse.Namespace) -> int:
         print(table(board))
         print(f"leaderboard written to {out}", file=sys.stderr)
     return 1 if any(c.status == "error" for c in run.cells) else 0
+
+
+def _in_workers(args: argparse.Namespace, root: Path, entries: list, methods: list, specs: list, settings, out: Path,
+                bar) -> dict:
+    """The cells the cache lacks, computed in --jobs worker processes (zoo.bench_workers)."""
+    from rasp_programs.lookup import get_case
+    from zoo.bench_workers import compute_cells, jobs_for
+
+    named = {get_case(c).entry_name: c for c in _split(args.cases, "--cases")}
+    cases = {e.name: named.get(e.name, e.name[len("case-"):]) for e in entries if e.model == "compiled"}
+    jobs = jobs_for(entries, methods, specs, cases, root=root, ablation=args.ablation, settings=settings,
+                    cache=out / "cache")
+    return compute_cells(jobs, min(args.jobs, max(1, len(jobs))), lambda cell: bar(cell, False))
 
 
 def _bar(total: int):

@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import multiprocessing
+import os
 import sys
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
@@ -37,6 +38,8 @@ class CellJob:
     """How the entry's edge labels are judged (bench_entries' ablation)."""
     method: tuple[str, Any]
     """("method", (spec, options or None)) or ("scores", folder)."""
+    key: str
+    """The method's BenchMethod.key (an error cell's, should the worker die)."""
     settings: Any
     """eval.leaderboard.cells.BenchSettings."""
     cache: str
@@ -45,24 +48,50 @@ class CellJob:
 
 def compute_cells(jobs: Sequence[CellJob], workers: int, on_done: Callable[[Any], None]) -> dict[tuple[str, str], Any]:
     """(method key, entry name) -> the Cell of every job, computed in `workers` processes; on_done(cell)
-    as each finishes."""
+    as each finishes. One job per worker in flight, the next submitted as one ends (a pool handed more
+    in advance would compute them after a Ctrl-C); Ctrl-C and SIGTERM interrupt the workers, as
+    zoo.train_workers does, and a worker whose parent died stops itself."""
     from concurrent.futures import FIRST_COMPLETED, ProcessPoolExecutor, wait
 
+    from zoo.train_workers import interrupt_workers, sigterm_as_interrupt, watch_parent
+
     out: dict[tuple[str, str], Any] = {}
-    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"))
+    queue = list(jobs)
+    pool = ProcessPoolExecutor(max_workers=workers, mp_context=multiprocessing.get_context("spawn"),
+                               initializer=watch_parent, initargs=(os.getpid(),))
     try:
-        pending = {pool.submit(run_job, job) for job in jobs}
-        while pending:
-            finished, pending = wait(pending, return_when=FIRST_COMPLETED)
-            for future in finished:
-                cell = future.result()
-                out[(cell.method, cell.entry)] = cell
-                on_done(cell)
-    except BaseException:
-        pool.shutdown(wait=False, cancel_futures=True)
+        with sigterm_as_interrupt(interrupt_workers):
+            running = {}
+            for _ in range(min(workers, len(queue))):
+                job = queue.pop(0)
+                running[pool.submit(run_job, job)] = job
+            while running:
+                finished, _ = wait(running, return_when=FIRST_COMPLETED)
+                for future in finished:
+                    job = running.pop(future)
+                    if queue:
+                        nxt = queue.pop(0)
+                        running[pool.submit(run_job, nxt)] = nxt
+                    cell = _result(future, job)
+                    out[(cell.method, cell.entry)] = cell
+                    on_done(cell)
+    except KeyboardInterrupt:
+        interrupt_workers()  # a SIGINT sent to this process alone reaches no worker otherwise
         raise
-    pool.shutdown()
+    finally:
+        pool.shutdown(wait=True, cancel_futures=True)  # the running cells stop at their interrupt
     return out
+
+
+def _result(future: Any, job: CellJob) -> Any:
+    """The job's Cell, or an error cell where its worker died (killed, out of memory) under it."""
+    from eval.leaderboard.cells import Cell
+
+    try:
+        return future.result()
+    except Exception as exc:  # noqa: BLE001 - the worker process itself died
+        return Cell(method=job.key, entry=job.entry, model=job.model, seed=job.settings.seed, status="error",
+                    message=f"worker died: {type(exc).__name__}: {exc}")
 
 
 def run_job(job: CellJob) -> Any:
@@ -105,5 +134,5 @@ def jobs_for(entries: Sequence[Any], methods: Sequence[Any], specs: Sequence[tup
     from eval.leaderboard.cells import cached_cell
 
     return [CellJob(root=str(root), entry=e.name, model=e.model, case=cases.get(e.name) if e.model == "compiled"
-                    else None, ablation=ablation, method=spec, settings=settings, cache=str(cache))
+                    else None, ablation=ablation, method=spec, key=m.key, settings=settings, cache=str(cache))
             for e in entries for m, spec in zip(methods, specs) if cached_cell(e, m, settings, cache) is None]

@@ -101,10 +101,10 @@ def run_processes(todo: list[str], options: Any, engine: Engine, job, done) -> i
     parent = os.getpid()
     # spawn, not fork: the parent may hold jax / torch thread pools that fork would copy mid-use
     pool = ProcessPoolExecutor(max_workers=jobs, mp_context=multiprocessing.get_context("spawn"),
-                               initializer=_watch_parent, initargs=(parent,))
+                               initializer=watch_parent, initargs=(parent,))
     bar = _bar(len(todo), engine.quiet)
     try:
-        with _sigterm_as_interrupt(_interrupt_workers):
+        with sigterm_as_interrupt(interrupt_workers):
             # one case per worker in flight, the next submitted when one ends: the pool hands its
             # workers up to jobs + 1 cases in advance, which shutdown(cancel_futures) cannot take
             # back, so after an interrupt they were trained to the end while this process waited
@@ -153,7 +153,7 @@ checkpoints after its current step, a validation included) before it exits regar
 
 
 @contextlib.contextmanager
-def _sigterm_as_interrupt(before: Callable[[], None]) -> Iterator[None]:
+def sigterm_as_interrupt(before: Callable[[], None]) -> Iterator[None]:
     """SIGTERM (`kill`, a batch scheduler's time limit) ends the run as Ctrl-C does, after
     `before()`, instead of killing this process alone and leaving its workers training with nobody
     to take their entries. Main thread only (signal handlers can be set nowhere else)."""
@@ -172,7 +172,7 @@ def _sigterm_as_interrupt(before: Callable[[], None]) -> Iterator[None]:
         signal.signal(signal.SIGTERM, previous)
 
 
-def _interrupt_workers() -> None:
+def interrupt_workers() -> None:
     """Ctrl-C reaches every process of the terminal's group, a SIGTERM only its target: pass it on
     to the workers as the Ctrl-C they would have had."""
     import multiprocessing
@@ -182,7 +182,7 @@ def _interrupt_workers() -> None:
             os.kill(child.pid, signal.SIGINT)
 
 
-def _watch_parent(parent: int, poll_s: float = 0.5, grace_s: float = PARENT_GRACE_S) -> None:
+def watch_parent(parent: int, poll_s: float = 0.5, grace_s: float = PARENT_GRACE_S) -> None:
     """A worker's initializer: when the parent dies without stopping it (SIGKILL, a crash), the
     worker interrupts itself as Ctrl-C would (training checkpoints and stops) and exits; it does
     not train on for hours with nobody to take the entry."""
@@ -233,7 +233,7 @@ def run_ray(todo: list[str], options: Any, engine: Engine, job, done) -> int:
     bar = _bar(len(todo), engine.quiet)
     bar.set_postfix_str("running " + ",".join(refs[r] for r in pending[:slots]), refresh=True)
     try:
-        with _sigterm_as_interrupt(lambda: None):  # the except below cancels the running tasks
+        with sigterm_as_interrupt(lambda: None):  # the except below cancels the running tasks
             while pending:
                 finished, pending = ray.wait(pending, num_returns=1)
                 for ref in finished:

@@ -11,8 +11,8 @@ planted large-circuit (one block of 99 heads and an MLP) a removal is then an ML
 the attention of 99 heads over short rows, most of each pass, is computed once per base instead of
 once per set.
 
-Only where eval.patching.bare writes a model's MLP out (TransformerLens 3.x without LayerNorm, `bare`
-not None); a bridge keeps the block-start passes. The block state is read through hooks (the base
+Only where eval.patching.bare writes a model's MLP out (TransformerLens 3.x without LayerNorm, and siit's
+Transformer: `bare` not None); a bridge keeps the block-start passes. The block state is read through hooks (the base
 pass's head outputs as their readers saw them, and each MLP's input), so nothing else of the block is
 computed twice; the logits are the block-start passes' up to float rounding (tests/test_eval/
 test_patching_passes.py).

@@ -17,7 +17,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -217,12 +217,18 @@ class PlantedTask:
     lean_activations: bool = False
     """Train with siit's wide-model step (TrainConfig.lean_activations) unless the command line says
     otherwise: a wide model (planted.large_circuit's 49 heads a layer) trains 2.4x faster a step."""
+    distractor_positions: Literal["every", "one"] = "every"
+    """Where a busy head's distractor target varies (siit.distractors.DistractorPositions): "one" for a
+    model whose circuit heads each fire at one position (planted.large_circuit), so that busy heads can
+    be as loud as its circuit heads by both of the looks that measure loudness."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:
             raise ValueError(f"{self.case.id}: last_position_weight must be positive, got {self.last_position_weight}")
         if self.lr is not None and not (self.lr > 0 and math.isfinite(self.lr)):
             raise ValueError(f"{self.case.id}: lr must be a positive number, got {self.lr}")
+        if self.distractor_positions not in ("every", "one"):
+            raise ValueError(f"{self.case.id}: distractor_positions must be 'every' or 'one', got {self.distractor_positions!r}")
         if self.logit_template is not None and not (self.logit_template > 0 and math.isfinite(self.logit_template)):
             raise ValueError(f"{self.case.id}: logit_template must be a positive number, got {self.logit_template}")
         for node in self.model.nodes:

@@ -17,7 +17,10 @@ large-circuit (family `large-circuit`; values 0-4, lengths 3-13):
   elsewhere), so the MLP adds three digits at a position, and each of the 31 nodes changes the answer at
   its position (about 80% of resampled pairs there; the MLP everywhere). One layer keeps the model's q/k/v edges at about 500, so every edge is
   checked in training and bounded in validation as for the small families (two layers of 49 heads have
-  about 7,800: hours of single-edge runs a check on a CPU).
+  about 7,800: hours of single-edge runs a check on a CPU). The 69 busy heads' distractors vary at one
+  position each as well (PlantedTask.distractor_positions "one"): a head that fires at one position has a
+  small output norm beside its variance, which busy heads working at every position could not match
+  without falling short of their targets (distractor R² 0.78-0.87 for 4000 steps; docs/results.md).
   Prediction (Conmy et al. 2023, ACDC, §4 and its appendix on the threshold; Bhaskar et al. 2024,
   "Finding transformer circuits with edge pruning", §4: ACDC's and attribution patching's circuits fall
   behind as the circuit grows): a circuit edge here moves one position of up to eleven, so its effect on a
@@ -129,4 +132,5 @@ def large_circuit() -> PlantedTask:
     encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=values, max_seq_len=MAX_LEN,
                         task_kind="classification")
     return PlantedTask(case=case, encoding=encoding, model=model, n_layers=LAYERS, n_heads=HEADS, d_head=D_HEAD,
-                       reference=reference, failure_mode="large-circuit", strict_edges=True, lean_activations=True)
+                       reference=reference, failure_mode="large-circuit", strict_edges=True, lean_activations=True,
+                       distractor_positions="one")

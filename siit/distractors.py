@@ -55,10 +55,15 @@ class Distractor:
     """A scalar feature per token id (BOS and PAD included), drawn with the seed."""
     position_code: tuple[float, ...]
     """A scalar per position, drawn with the seed (token_position only)."""
+    at: int | None = None
+    """The one position where the target varies (0 elsewhere), or None: every position. A model whose
+    circuit heads each fire at one position (planted.large_circuit) gives its busy heads one too
+    (DistractorPositions)."""
 
     def to_json(self) -> dict[str, Any]:
-        return {"node": self.node, "kind": self.kind, "offset": self.offset,
-                "variance_factor": round(self.variance_factor, 6), "offset_factor": round(self.offset_factor, 6)}
+        out = {"node": self.node, "kind": self.kind, "offset": self.offset,
+               "variance_factor": round(self.variance_factor, 6), "offset_factor": round(self.offset_factor, 6)}
+        return out if self.at is None else {**out, "at": self.at}
 
 
 def stratified(n: int, spread: float, rng: np.random.Generator, quantile: float = 0.5) -> np.ndarray:
@@ -81,9 +86,20 @@ the band every size heuristic ranks the circuit mid-pack (the realism bound), an
 is random, so a circuit is not simply the median node."""
 
 
+DistractorPositions = Literal["every", "one"]
+"""Where a busy head's target varies. every: at every position. one: at one position per head, drawn
+with the seed (0 elsewhere), for a model whose circuit heads each fire at one position: such a head's
+output norm is small beside its variance (norm²/variance 0.14 for large-circuit's circuit heads, the
+variance averaged over positions as eval.core.node_heuristics does), which no target varying everywhere
+reaches (0.59 for its busy heads, about 0.64 at best for a scalar). Matching both, the loudness
+calibration held every busy head at about 0.6 of its target's amplitude there (distractor R² 0.78-0.87
+over 4000 steps, docs/results.md)."""
+
+
 def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: bool,
-                     seed: int, spread: float) -> tuple[Distractor, ...]:
-    """One distractor per node, drawn reproducibly from `seed`."""
+                     seed: int, spread: float, positions: DistractorPositions = "every") -> tuple[Distractor, ...]:
+    """One distractor per node, drawn reproducibly from `seed` (with positions "one", each head's
+    position after everything else, so the other draws are those of "every")."""
     rng = np.random.default_rng([seed, 0x5EED])
     head_kinds = [("previous_token", 1), ("previous_token", 2), ("running_mean" if causal else "input_mean", 0)]
     # one factor per node for both: a node quiet by norm is quiet in variance too, so the offset
@@ -101,11 +117,21 @@ def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: 
             feature=tuple(float(v) for v in rng.uniform(-1.0, 1.0, d_vocab)),
             position_code=tuple(float(v) for v in rng.uniform(-1.0, 1.0, n_ctx)),
         ))
+    if positions == "one":  # a position with `offset` input tokens before it (a mean of two tokens at least)
+        out = [d if d.kind == "token_position" else
+               dataclasses.replace(d, at=int(rng.integers(1 + max(d.offset, 1), n_ctx))) for d in out]
     return tuple(out)
 
 
 def raw_targets(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     """[B, T] unscaled target of distractor `d` at every position (meaningful at input positions)."""
+    raw = _raw_everywhere(d, tokens, mask)
+    if d.at is None:
+        return raw
+    return torch.where(torch.arange(raw.shape[1], device=raw.device) == d.at, raw, torch.zeros_like(raw))
+
+
+def _raw_everywhere(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
     feat = torch.tensor(d.feature, dtype=torch.float32, device=tokens.device)[tokens]  # [B, T]
     real = mask.to(torch.float32)
     if d.kind == "previous_token":  # positions that have no input token `offset` back read the first one
@@ -169,6 +195,23 @@ def _z_stats(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return z.median(dim=1).values, z.abs().mean(1)
 
 
+def _one_position_spread(distractors: tuple[Distractor, ...], spread: torch.Tensor, w: torch.Tensor,
+                         causal: bool) -> torch.Tensor:
+    """spread [D, T] with a one-position target's spread at its position shrunk by sqrt(its share of
+    the positions where a target varying everywhere varies (not BOS in a causal model, bos_quiet)):
+    standardised, it then varies as much averaged over positions (as `variances` weighs them) as such
+    a target, so the same factors scale both."""
+    count = w.sum(0)  # [T]
+    varies = (w > 0).sum(0) >= 2
+    varies[0] = varies[0] and not causal
+    kept = count[varies].sum().clamp(min=1.0)
+    spread = spread.clone()
+    for i, d in enumerate(distractors):
+        if d.at is not None and d.at < spread.shape[1]:
+            spread[i, d.at] = spread[i, d.at] * (count[d.at] / kept).clamp(min=1e-6).sqrt()
+    return spread
+
+
 @dataclasses.dataclass(frozen=True)
 class DistractorTargets:
     """Standardised, scaled targets of every distractor on a fixed token set."""
@@ -201,6 +244,7 @@ class DistractorTargets:
         overall = raw[:, positions].std(1, keepdim=True) if distractors else torch.zeros(0, 1)
         # a position where the target never varies keeps the global spread (its target is constant)
         spread = torch.where(spread > 1e-3 * overall, spread, overall).clamp(min=1e-6)
+        spread = _one_position_spread(distractors, spread, w, causal)
         z = bos_quiet((raw - shift[:, None]) / spread[:, None], causal)[:, positions]  # [D, P]
         z = z[:, torch.linspace(0, z.shape[1] - 1, min(Z_SAMPLE, z.shape[1])).long()] if z.shape[1] else z
         return cls(distractors, torch.tensor(slots, dtype=torch.long).reshape(-1, 2), shift, spread, z, causal)

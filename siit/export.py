@@ -62,6 +62,12 @@ def _loss(result: TrainResult) -> dict[str, Any]:
     return {"loss": loss} if loss else {}
 
 
+ONE_POSITION_NOTE = (" A distractor with `at` varied at that one position only (0 elsewhere), as a circuit head "
+                     "that fires at one position, and its head was trained to attend there to its source and to "
+                     "BOS elsewhere at the circuit's attention margin (siit.saturation.one_position_keys).")
+"""Said in training.json's realism notes of an entry whose busy heads worked at one position each."""
+
+
 def training_json(result: TrainResult, *, command: list[str] | None = None) -> dict[str, Any]:
     cfg = result.config
     return {
@@ -97,7 +103,8 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
                      "target trimmed by target_gain [variance, norm] (at most 1) until the node measured what its "
                      "factors say. Circuit nodes had an rms output-norm ceiling "
                      "(config.circuit_norm_ceiling). After training, each head's Q/K and V/O pairs were "
-                     "rescaled by opposite factors (head_rescale: [qk, vo]), which changes no output.",
+                     "rescaled by opposite factors (head_rescale: [qk, vo]), which changes no output."
+                     + (ONE_POSITION_NOTE if any("at" in d for d in result.distractors) else ""),
         },
         "versions": package_versions(),
         "compute": {"torch_threads": torch.get_num_threads(),

@@ -19,6 +19,7 @@ from typing import Any
 import torch
 
 from siit.correspondence import Correspondence
+from siit.distractors import Distractor
 from siit.transformer import Transformer
 
 MARGIN = 8.0
@@ -42,6 +43,9 @@ class Saturation:
     (training's: the training set; validation's: the validation set)."""
     margin: float = MARGIN
     """The score gap the heads are trained to and judged by (the high-level model's saturation_margin)."""
+    busy: int = 0
+    """How many of the heads, the last ones, are busy heads (with_busy_heads): their margin loss is a
+    term of its own, so the circuit's heads weigh in theirs as without them."""
 
     @staticmethod
     def build(high: Any, corr: Correspondence, tokens: torch.Tensor, mask: torch.Tensor) -> Saturation | None:
@@ -55,6 +59,51 @@ class Saturation:
         keys = high.attention_keys(tokens.cpu(), mask.cpu()).to(tokens.device)
         return Saturation(heads=heads, slots=tuple(corr.low.slot(h) for h in heads), keys=keys,
                           margin=float(getattr(high, "saturation_margin", MARGIN)))
+
+
+def one_position_keys(d: Distractor, n_ctx: int) -> torch.Tensor:
+    """bool [n_ctx query, n_ctx key]: the keys a one-position head attends to, as a circuit head that
+    fires at one position does (planted.large_circuit): at `at` its source (x_{at-offset}, or every input
+    token up to `at` for a running mean, every input token for a whole-input mean), BOS at every other
+    query. Trained with the circuit's attention margin (with_busy_heads): without it a
+    head whose source was one key of ten or more never found it (R² 0 from step 100 to 650 on 9 of 38
+    such heads, their source's attention mass 0.0-0.13; docs/results.md)."""
+    keys = torch.zeros(n_ctx, n_ctx, dtype=torch.bool)
+    keys[:, 0] = True
+    if d.at is not None and d.at < n_ctx:
+        keys[d.at, 0] = False
+        if d.kind == "previous_token":
+            keys[d.at, max(d.at - d.offset, 1)] = True
+        else:
+            keys[d.at, 1:(d.at + 1 if d.kind == "running_mean" else n_ctx)] = True
+    return keys
+
+
+def with_busy_heads(saturation: Saturation | None, slots: list[tuple[int, int]], heads: list[str],
+                    patterns: torch.Tensor, n_rows: int) -> Saturation | None:
+    """`saturation` (the circuit's, or None) with busy heads added, each attending to the keys
+    patterns [n, query pos, key pos] says on every one of n_rows inputs (one_position_keys),
+    at the circuit's margin. Training's only (siit.train_setup.Setup.saturation): checks, the criterion
+    and validation's report rebuild the circuit's own from the high-level model."""
+    if not heads:
+        return saturation
+    busy = patterns.to(torch.bool)[:, None].expand(-1, n_rows, -1, -1)
+    if saturation is None:
+        return Saturation(heads=tuple(heads), slots=tuple(slots), keys=busy.contiguous(), busy=len(heads))
+    return dataclasses.replace(saturation, heads=saturation.heads + tuple(heads), slots=saturation.slots + tuple(slots),
+                               keys=torch.cat([saturation.keys, busy.to(saturation.keys.device)]),
+                               busy=saturation.busy + len(heads))
+
+
+def training_margin_loss(saturation: Saturation, scores: torch.Tensor, keys: torch.Tensor,
+                         query_mask: torch.Tensor) -> torch.Tensor:
+    """margin_loss of the circuit's heads plus, as a term of its own, the busy heads' (Saturation.busy);
+    scores and keys [n_heads, B, T, T] in `saturation.heads` order."""
+    if not saturation.busy:
+        return margin_loss(scores, keys, query_mask, saturation.margin)
+    c = len(saturation.heads) - saturation.busy
+    busy = margin_loss(scores[c:], keys[c:], query_mask, saturation.margin)
+    return busy if c == 0 else margin_loss(scores[:c], keys[:c], query_mask, saturation.margin) + busy
 
 
 def head_scores(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, acts: torch.Tensor,

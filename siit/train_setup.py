@@ -27,7 +27,7 @@ from siit.edges import EdgeLayout
 from siit.high_level import HighLevelModel, as_task
 from siit.loudness import Loudness
 from siit.metrics import Evaluator
-from siit.saturation import Saturation
+from siit.saturation import Saturation, one_position_keys, with_busy_heads
 from siit.transformer import Transformer
 
 
@@ -73,7 +73,8 @@ class Setup:
     (DistractorTargets.standardised), on the CPU with the training set: fixed, so steps index it."""
     saturation: Saturation | None = None
     """The heads the high-level model wants saturated and their keys on the training set
-    (siit.saturation: trained by the attention-margin loss), or None."""
+    (siit.saturation: trained by the attention-margin loss), then the busy heads whose distractor
+    varies at one position (siit.saturation.one_position_keys), or None."""
 
     views: tuple[Setup, ...] = ()
     """A multi-task bundle's views (planted.multi_task), each task's rows with its own circuit: the
@@ -83,6 +84,20 @@ class Setup:
     """Where the model, the evaluators and the distractor targets live (eval.core.device). The
     training set, the masks and the high-level model stay on the CPU, where every step draws its
     batch from CPU generators before moving it: the same seed draws the same batches anywhere."""
+
+
+def _busy_attention(saturation: Saturation | None, targets: DistractorTargets | None,
+                    shape: torch.Size) -> Saturation | None:
+    """The circuit's saturated heads and the one-position busy heads' attention (siit.saturation.with_busy_heads)
+    on a training set of `shape` [N, T]."""
+    if targets is None:
+        return saturation
+    busy = [(i, d) for i, d in enumerate(targets.distractors) if d.at is not None and d.node.startswith("a")]
+    if not busy:
+        return saturation
+    slots = [tuple(targets.slots[i].tolist()) for i, _ in busy]
+    patterns = torch.stack([one_position_keys(d, shape[1]) for _, d in busy])
+    return with_busy_heads(saturation, slots, [d.node for _, d in busy], patterns, shape[0])
 
 
 class Trainee(nn.Module):
@@ -127,7 +142,8 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
     targets = distractor_z = None
     if config.distractors and corr.non_aligned:
         spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
-                                causal=causal, seed=per_case, spread=config.distractor_spread)
+                                causal=causal, seed=per_case, spread=config.distractor_spread,
+                                positions=getattr(task, "distractor_positions", "every"))
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
                                         train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
         distractor_z = targets.standardised(train_set.tokens, train_set.mask)
@@ -144,7 +160,8 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
                  source_weight=source_length_weights(train_set.lengths, pairing),
                  non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),
-                 saturation=Saturation.build(high, corr, train_set.tokens, train_set.mask),
+                 saturation=_busy_attention(Saturation.build(high, corr, train_set.tokens, train_set.mask), targets,
+                                            train_set.tokens.shape),
                  logit_template=getattr(task, "logit_template", None),
                  views=tuple(prepare(v, dataclasses.replace(config, distractors=False), arch, device=device)
                              for v in (getattr(task, "view_tasks", None) or tuple)()))

@@ -29,7 +29,7 @@ from siit.edges import sample_edges
 from siit.losses import last_position_weights, output_loss, template_loss
 from siit.loudness import shape_groups
 from siit.optim import Adam
-from siit.saturation import head_scores, margin_loss
+from siit.saturation import head_scores, training_margin_loss
 from siit.train_setup import Setup, Trainee
 from siit.transformer import Patch
 
@@ -230,7 +230,7 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         aux = config.distractor_weight * d_loss + c_loss
     if keys is not None:
         scores = head_scores(trainee.model, tokens, mask, acts, s.saturation.slots, present)
-        sat = margin_loss(scores, keys, positions if present is None else positions & present, s.saturation.margin)
+        sat = training_margin_loss(s.saturation, scores, keys, positions if present is None else positions & present)
         out["saturation"] = float(sat.detach())
         aux = aux + sat
     return (acts if config.source_gradient else acts.detach()), aux

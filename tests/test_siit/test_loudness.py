@@ -3,6 +3,8 @@ it rests on (siit.data): identities on hand-made data."""
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 import torch
 from hypothesis import given, settings
@@ -94,3 +96,29 @@ def test_weighted_variance_counts_a_row_as_its_weight() -> None:
     weight = torch.tensor([2.0, 1.0, 1.0, 1.0, 1.0])[:, None].expand(5, 3)
     twice = torch.cat([out, out[:, :1]], dim=1)
     assert variances(out, weight).item() == pytest.approx(variances(twice, torch.ones(6, 3)).item(), rel=1e-5)
+
+
+def test_one_position_targets_vary_only_there_and_as_much_as_dense_ones() -> None:
+    """DistractorPositions "one": a head's standardised target is 0 off its position, and averaged over
+    positions (as `variances` weighs them) it varies as much as a target varying everywhere, so the
+    factors scale both alike; MLPs and the draws of "every" are unchanged."""
+    nodes = [f"a0.h{i}" for i in range(8)] + ["m0"]
+    dense = make_distractors(nodes, d_vocab=7, n_ctx=14, causal=True, seed=3, spread=2.2)
+    one = make_distractors(nodes, d_vocab=7, n_ctx=14, causal=True, seed=3, spread=2.2, positions="one")
+    assert [dataclasses.replace(d, at=None) for d in one] == list(dense)
+    assert one[-1].at is None and all(2 <= d.at < 14 for d in one[:-1])
+    assert "at" in one[0].to_json() and "at" not in dense[0].to_json()  # old entries' JSON unchanged
+    gen = torch.Generator().manual_seed(0)
+    lengths = torch.randint(3, 14, (3000,), generator=gen)
+    mask = torch.arange(14)[None] <= lengths[:, None]
+    tokens = torch.randint(1, 6, (3000, 14), generator=gen)
+    tokens[:, 0], tokens[~mask] = 0, 6
+    slots = [(0, i) for i in range(len(nodes))]
+    z_one = DistractorTargets.fit(one, slots, tokens, mask, mask, causal=True).standardised(tokens, mask)
+    z_dense = DistractorTargets.fit(dense, slots, tokens, mask, mask, causal=True).standardised(tokens, mask)
+    at = torch.tensor([d.at for d in one[:-1]])
+    off = torch.arange(14)[None, :] != at[:, None]  # [heads, T]
+    assert (z_one[:-1][off[:, None, :].expand(-1, 3000, -1)] == 0).all()
+    w = mask.float()
+    assert variances(z_one[:-1, ..., None], w) == pytest.approx(variances(z_dense[:-1, ..., None], w), rel=1e-4)
+    assert torch.equal(z_one[-1], z_dense[-1])

@@ -11,7 +11,16 @@ from hypothesis import strategies as st
 
 from planted import get_planted
 from planted.failure_modes import _duplicate, _duplicate_keys
-from siit.saturation import MARGIN, gaps, margin_loss
+from siit.distractors import Distractor
+from siit.saturation import (
+    MARGIN,
+    Saturation,
+    gaps,
+    margin_loss,
+    one_position_keys,
+    training_margin_loss,
+    with_busy_heads,
+)
 
 INF = float("inf")
 
@@ -93,7 +102,14 @@ def test_a_high_level_model_sets_its_heads_margin() -> None:
     assert get_planted("saturation").model.saturation_margin == MARGIN == 8.0
     task = get_planted("large-circuit")
     assert task.model.saturation_margin == 4.0
-    assert prepare(task, TrainConfig(n_train=64, n_val=32, batch_size=16, epochs=1)).saturation.margin == 4.0
+    setup = prepare(task, TrainConfig(n_train=64, n_val=32, batch_size=16, epochs=1))
+    assert setup.saturation.margin == 4.0
+    # its 69 busy heads vary at one position each and train their attention beside the 30 circuit heads
+    busy = setup.targets.distractors
+    assert task.distractor_positions == "one" and len(busy) == 69 and all(d.at is not None for d in busy)
+    assert setup.saturation.busy == 69 and setup.saturation.heads[30:] == tuple(d.node for d in busy)
+    assert torch.equal(setup.saturation.keys[30 + 7, 3], one_position_keys(busy[7], setup.saturation.keys.shape[-1]))
+    assert prepare(get_planted("saturation"), TrainConfig(n_train=64, n_val=32, batch_size=16, epochs=1)).saturation.busy == 0
     scores = torch.tensor([[[[0.0, 5.0, 2.0]]]])  # gap 3: below 4 by 1, below 8 by 5
     keys = torch.tensor([[[[False, True, False]]]])
     query = torch.ones(1, 1, dtype=torch.bool)
@@ -101,3 +117,37 @@ def test_a_high_level_model_sets_its_heads_margin() -> None:
     assert math.isclose(float(margin_loss(scores, keys, query)), MARGIN - 3.0)
     with pytest.raises(ValueError, match="saturation_margin must be positive"):
         dataclasses.replace(task.model, saturation_margin=0.0)
+
+
+def test_one_position_heads_attend_to_their_source_there_and_to_bos_elsewhere() -> None:
+    base = dict(node="a0.h1", variance_factor=1.0, offset_factor=1.0, feature=(0.0,) * 7, position_code=())
+    prev = Distractor(kind="previous_token", offset=2, at=5, **base)
+    mean = Distractor(kind="running_mean", offset=0, at=4, **base)
+    k = one_position_keys(prev, 8)
+    assert k[5].nonzero().flatten().tolist() == [3]
+    assert all(k[q].nonzero().flatten().tolist() == [0] for q in range(8) if q != 5)
+    assert one_position_keys(mean, 8)[4].nonzero().flatten().tolist() == [1, 2, 3, 4]
+    everywhere = Distractor(kind="previous_token", offset=1, **base)
+    assert (one_position_keys(everywhere, 8)[:, 0]).all() and one_position_keys(everywhere, 8).sum() == 8
+
+
+def test_busy_heads_margin_is_a_term_beside_the_circuits_unchanged() -> None:
+    gen = torch.Generator().manual_seed(0)
+    n, B, T = 2, 5, 6
+    circuit = Saturation(heads=("a0.h0", "a0.h1"), slots=((0, 0), (0, 1)), margin=4.0,
+                         keys=torch.rand(n, B, T, T, generator=gen) > 0.6)
+    patterns = torch.stack([one_position_keys(Distractor(
+        node="a0.h2", kind="previous_token", offset=1, at=3, variance_factor=1.0, offset_factor=1.0,
+        feature=(0.0,) * 7, position_code=()), T)])
+    both = with_busy_heads(circuit, [(0, 2)], ["a0.h2"], patterns, B)
+    assert both.heads == ("a0.h0", "a0.h1", "a0.h2") and both.busy == 1 and both.margin == 4.0
+    assert torch.equal(both.keys[:n], circuit.keys) and torch.equal(both.keys[n:], patterns[:, None].expand(1, B, T, T))
+    scores = torch.randn(n + 1, B, T, T, generator=gen) * 3
+    query = torch.ones(B, T, dtype=torch.bool)
+    assert torch.equal(training_margin_loss(circuit, scores[:n], circuit.keys, query),
+                       margin_loss(scores[:n], circuit.keys, query, 4.0))
+    assert torch.allclose(training_margin_loss(both, scores, both.keys, query),
+                          margin_loss(scores[:n], circuit.keys, query, 4.0) + margin_loss(scores[n:], both.keys[n:], query, 4.0))
+    alone = with_busy_heads(None, [(0, 2)], ["a0.h2"], patterns, B)
+    assert alone.busy == 1 and alone.margin == MARGIN
+    assert with_busy_heads(circuit, [], [], patterns[:0], B) is circuit

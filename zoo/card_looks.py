@@ -13,6 +13,7 @@ LOOK_TEXT = {
     "last_norm": "output norm at the last position", "last_variance": "output variance at the last position",
     "output_rank": "effective rank of the output (participation ratio)",
     "raw_output_rank": "effective rank of the raw output", "first_pc_share": "share of the first principal direction",
+    "position_spread": "positions the output varies at (participation ratio)",
     "attention_entropy": "attention entropy (heads)", "weight_norm": "weight norm",
     "weight_norm_sum": "sum of per-matrix weight norms", "qk_norm": "‖W_Q W_Kᵀ‖ (heads)", "ov_norm": "‖W_V W_O‖ (heads)",
     "reader_alignment": "alignment with later readers", "unembed_alignment": "alignment with the unembedding",

@@ -111,6 +111,28 @@ def test_rank_looks_find_the_only_multi_dimensional_nodes() -> None:
     assert look("output_rank", x)["values"]["a0.h0"] == pytest.approx(1.0)
 
 
+def test_position_spread_finds_nodes_that_vary_at_one_position() -> None:
+    """Circuit nodes vary at one position each (as planted large-circuit's heads fire), every other
+    node a tenth as much at every position: same order of output variance, one position against T."""
+    x = base(CIRCUIT)
+
+    def at_one(a: torch.Tensor) -> torch.Tensor:
+        out = torch.zeros_like(a)
+        out[:, 2] = a[:, 2]
+        return out
+
+    acts = set_nodes(set_nodes(x.acts, CIRCUIT, at_one), OUTSIDE, lambda a: a / T**0.5)
+    x = dataclasses.replace(x, acts=acts)
+    spread = look("position_spread", x)
+    assert spread["auroc"] == 0.0
+    assert spread["values"]["m0"] == pytest.approx(1.0)
+    assert all(T - 1.5 < spread["values"][n] <= T for n in OUTSIDE)
+    # padding: a position no input reaches does not count
+    short = dataclasses.replace(x, positions=torch.cat([torch.ones(B, T - 1, dtype=torch.bool),
+                                                        torch.zeros(B, 1, dtype=torch.bool)], 1))
+    assert all(v <= T - 1 for v in look("position_spread", short)["values"].values())
+
+
 def test_attention_entropy_ranks_heads_only() -> None:
     x = base({"a1.h0"})
     p = x.patterns.clone()
@@ -232,7 +254,7 @@ def test_structure_looks() -> None:
 
 def test_every_look_is_tested_and_bounded_or_apart() -> None:
     tested = {"output_norm", "output_variance", "last_norm", "last_variance", "output_rank", "raw_output_rank",
-              "first_pc_share", "attention_entropy", "weight_norm", "weight_norm_sum", "qk_norm", "ov_norm",
+              "first_pc_share", "position_spread", "attention_entropy", "weight_norm", "weight_norm_sum", "qk_norm", "ov_norm",
               "reader_alignment", "unembed_alignment", "gradient_norm", "gradient_x_activation", "probe", "layer",
               "is_mlp", "direct_logit_attribution", "logit_variance"}
     assert {l.key for l in LOOKS} == tested

@@ -87,6 +87,23 @@ def first_pc_share(x: LookInputs) -> dict[str, float]:
     return out
 
 
+def position_spread(x: LookInputs) -> dict[str, float]:
+    """Participation ratio over positions of the output's variance across inputs (per position, among
+    the inputs that have it; summed over d_model): how many positions the node's write depends on the
+    input at. A head that fires at one position scores 1, a node busy everywhere about the number of
+    positions. Output norm and variance averaged over positions cannot tell a node that varies hard at
+    one position from one that varies a little everywhere; this can (planted large-circuit's circuit
+    heads fire at one position each: norm²/variance 0.14 against 0.59 for busy heads working everywhere)."""
+    w = x.positions.double()
+    count = w.sum(0)  # [pos]
+    out = {}
+    for n, a in x.node_acts().items():
+        mean = (a * w[..., None]).sum(0) / count.clamp(min=1)[:, None]  # [pos, d]
+        var = (((a - mean) ** 2).sum(-1) * w).sum(0) / count.clamp(min=1)  # [pos]
+        out[n] = _participation(var[count >= 2])
+    return out
+
+
 def attention_entropy(x: LookInputs) -> dict[str, float]:
     """Heads only: mean entropy (nats) of the attention pattern over real query positions."""
     p = x.patterns.double()  # [L, B, H, Tq, Tk]

@@ -51,6 +51,7 @@ LOOKS: tuple[Look, ...] = (
     Look(key="output_rank", kind="activation", function=activations.output_rank),
     Look(key="raw_output_rank", kind="activation", function=activations.raw_output_rank),
     Look(key="first_pc_share", kind="activation", function=activations.first_pc_share),
+    Look(key="position_spread", kind="activation", function=activations.position_spread),
     Look(key="attention_entropy", kind="activation", function=activations.attention_entropy),
     Look(key="weight_norm", kind="weight", function=weights.weight_norm),
     Look(key="weight_norm_sum", kind="weight", function=weights.weight_norm_sum),

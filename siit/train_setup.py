@@ -92,7 +92,7 @@ def _busy_attention(saturation: Saturation | None, targets: DistractorTargets | 
     on a training set of `shape` [N, T]."""
     if targets is None:
         return saturation
-    busy = [(i, d) for i, d in enumerate(targets.distractors) if d.at is not None and d.node.startswith("a")]
+    busy = [(i, d) for i, d in enumerate(targets.distractors) if d.at is not None]  # heads only: an MLP never gets one
     if not busy:
         return saturation
     slots = [tuple(targets.slots[i].tolist()) for i, _ in busy]

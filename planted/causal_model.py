@@ -221,6 +221,9 @@ class PlantedTask:
     """Where a busy head's distractor target varies (siit.distractors.DistractorPositions): "one" for a
     model whose circuit heads each fire at one position (planted.large_circuit), so that busy heads can
     be as loud as its circuit heads by both of the looks that measure loudness."""
+    distractor_profile: float | None = None
+    """The task's own TrainConfig.distractor_profile (how unevenly busy targets vary over positions),
+    or None: the default."""
 
     def __post_init__(self) -> None:
         if not self.last_position_weight > 0:

@@ -163,10 +163,13 @@ def _task(name: str, values: tuple[int, ...], description: str, model: CausalMod
           logit_template: float | None = None, corruption: str = "resample") -> PlantedTask:
     encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=tuple(range(model.n_values)),
                         max_seq_len=MAX_LEN, task_kind="classification")
-    # edge-level strictness by default: a family's edge labels are what its methods are judged on
+    # edge-level strictness by default: a family's edge labels are what its methods are judged on. Flat
+    # busy targets: the families' phenomena and predictions were measured with them, and with profiles
+    # distribution-shift's hidden edges moved the logits under token:1 by 0.24-0.38 of their resampled
+    # effect (flat: at most 0.17; docs/results.md)
     return PlantedTask(case=_case(name, values, description, corruption), encoding=encoding, model=model, n_layers=2,
                        n_heads=4, reference=reference, failure_mode=name, strict_edges=True,
-                       logit_template=logit_template)
+                       logit_template=logit_template, distractor_profile=0.0)
 
 
 # rare-feature ---------------------------------------------------------------------------------

@@ -133,4 +133,4 @@ def large_circuit() -> PlantedTask:
                         task_kind="classification")
     return PlantedTask(case=case, encoding=encoding, model=model, n_layers=LAYERS, n_heads=HEADS, d_head=D_HEAD,
                        reference=reference, failure_mode="large-circuit", strict_edges=True, lean_activations=True,
-                       distractor_positions="one")
+                       distractor_positions="one", distractor_profile=0.0)  # flat, as planted.failure_modes._task

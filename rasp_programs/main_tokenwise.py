@@ -13,7 +13,7 @@ WORDS = ("a", "to", "the", "word", "tiger", "banana")  # lengths 1..6, odd and e
 
 def case_8() -> Case:
     return Case(
-        id="8", name="identity", task_kind="classification",
+        id="8", name="identity", task_kind="classification", strict_edges=True,
         description="Identity: the output at each position is the input token.",
         vocab=("a", "b", "c"), max_seq_len=5, causal=True,
         build_program=lambda: categorical_map(lambda t: t, rasp.tokens, "identity"),

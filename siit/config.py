@@ -144,6 +144,11 @@ class TrainConfig:
     busy node's variance above a quarter of the circuit's."""
     distractor_r2: float = 0.9
     """Training also needs every distractor's R² on validation data >= this before it stops."""
+    distractor_profile: float = 1.0
+    """How unevenly a busy node's target varies over positions: the largest sigma of the log of its
+    per-position variance (siit.distractors.make_distractors draws each node's sigma stratified over
+    [0, this]). 0: the same variance at every position, which no circuit node has (the
+    position_spread look then reads the circuit off)."""
     circuit_norm_ceiling: float = 2.5
     """Ceiling on the rms output norm of circuit nodes (with distractors on), inside the distractor
     range: without it SIIT makes circuit nodes louder than every distractor."""
@@ -216,8 +221,9 @@ class TrainConfig:
                      "criterion", "init_output_scale", "regression_tolerance", "distractor_weight", "distractor_r2"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{name} must be a finite number, got {getattr(self, name)}")
-        if not (math.isfinite(self.distractor_spread) and self.distractor_spread >= 1):
-            raise ConfigError(f"distractor_spread must be a finite number >= 1, got {self.distractor_spread}")
+        if not (math.isfinite(self.distractor_spread) and self.distractor_spread >= 1 and 0 <= self.distractor_profile <= 3):
+            raise ConfigError("distractor_spread must be a finite number >= 1 and distractor_profile one in [0, 3], "
+                              f"got {self.distractor_spread} and {self.distractor_profile}")
         if not self.circuit_norm_ceiling > 0:
             raise ConfigError(f"circuit_norm_ceiling must be > 0 (inf turns it off), got {self.circuit_norm_ceiling}")
         if self.distractor_weight < 0 or not 0 <= self.distractor_r2 <= 1:
@@ -270,4 +276,6 @@ class TrainConfig:
         data["betas"] = list(self.betas)
         if not self.lean_activations:  # at its default, as runs before it recorded them (checkpoints resume)
             del data["lean_activations"]
+        if self.distractor_profile == 0.0:  # flat targets: as runs before the field existed recorded them
+            del data["distractor_profile"]
         return data

@@ -30,6 +30,8 @@ from typing import Any, Literal
 import numpy as np
 import torch
 
+from siit.position_profiles import draw_profiles, one_position_spread, profiled_spread, varying_positions
+
 DistractorKind = Literal["previous_token", "running_mean", "input_mean", "token_position"]
 
 
@@ -59,10 +61,15 @@ class Distractor:
     """The one position where the target varies (0 elsewhere), or None: every position. A model whose
     circuit heads each fire at one position (planted.large_circuit) gives its busy heads one too
     (DistractorPositions)."""
+    profile: tuple[float, ...] | None = None
+    """Relative variance of the target at each position (siit.position_profiles), or None: the same
+    at every position."""
 
     def to_json(self) -> dict[str, Any]:
         out = {"node": self.node, "kind": self.kind, "offset": self.offset,
                "variance_factor": round(self.variance_factor, 6), "offset_factor": round(self.offset_factor, 6)}
+        if self.profile is not None:
+            out["profile"] = [round(v, 6) for v in self.profile]
         return out if self.at is None else {**out, "at": self.at}
 
 
@@ -97,9 +104,11 @@ calibration trimmed all 69 busy heads' target norms to its floor, and their R² 
 
 
 def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: bool,
-                     seed: int, spread: float, positions: DistractorPositions = "every") -> tuple[Distractor, ...]:
+                     seed: int, spread: float, positions: DistractorPositions = "every",
+                     profile: float = 0.0) -> tuple[Distractor, ...]:
     """One distractor per node, drawn reproducibly from `seed` (with positions "one", each head's
-    position after everything else, so the other draws are those of "every")."""
+    position after everything else, so the other draws are those of "every"; then, with profile > 0,
+    a per-position variance profile for every node that varies at more than one position)."""
     rng = np.random.default_rng([seed, 0x5EED])
     head_kinds = [("previous_token", 1), ("previous_token", 2), ("running_mean" if causal else "input_mean", 0)]
     # one factor per node for both: a node quiet by norm is quiet in variance too, so the offset
@@ -120,6 +129,10 @@ def make_distractors(nodes: Sequence[str], *, d_vocab: int, n_ctx: int, causal: 
     if positions == "one":  # a position with `offset` input tokens before it (a mean of two tokens at least)
         out = [d if d.kind == "token_position" else
                dataclasses.replace(d, at=int(rng.integers(1 + max(d.offset, 1), n_ctx))) for d in out]
+    if profile > 0:
+        varied = [i for i, d in enumerate(out) if d.at is None]
+        for i, p in zip(varied, draw_profiles(len(varied), n_ctx, profile, rng)):
+            out[i] = dataclasses.replace(out[i], profile=p)
     return tuple(out)
 
 
@@ -195,23 +208,6 @@ def _z_stats(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     return z.median(dim=1).values, z.abs().mean(1)
 
 
-def _one_position_spread(distractors: tuple[Distractor, ...], spread: torch.Tensor, w: torch.Tensor,
-                         causal: bool) -> torch.Tensor:
-    """spread [D, T] with a one-position target's spread at its position shrunk by sqrt(its share of
-    the positions where a target varying everywhere varies (not BOS in a causal model, bos_quiet)):
-    standardised, it then varies as much averaged over positions (as `variances` weighs them) as such
-    a target, so the same factors scale both."""
-    count = w.sum(0)  # [T]
-    varies = (w > 0).sum(0) >= 2
-    varies[0] = varies[0] and not causal
-    kept = count[varies].sum().clamp(min=1.0)
-    spread = spread.clone()
-    for i, d in enumerate(distractors):
-        if d.at is not None and d.at < spread.shape[1]:
-            spread[i, d.at] = spread[i, d.at] * (count[d.at] / kept).clamp(min=1e-6).sqrt()
-    return spread
-
-
 @dataclasses.dataclass(frozen=True)
 class DistractorTargets:
     """Standardised, scaled targets of every distractor on a fixed token set."""
@@ -243,8 +239,11 @@ class DistractorTargets:
         spread = ((((raw - shift[:, None]) ** 2) * w).sum(1) / count).sqrt()
         overall = raw[:, positions].std(1, keepdim=True) if distractors else torch.zeros(0, 1)
         # a position where the target never varies keeps the global spread (its target is constant)
-        spread = torch.where(spread > 1e-3 * overall, spread, overall).clamp(min=1e-6)
-        spread = _one_position_spread(distractors, spread, w, causal)
+        live = spread > 1e-3 * overall  # [D, T]
+        spread = torch.where(live, spread, overall).clamp(min=1e-6)
+        varies = varying_positions(w, causal)
+        spread = one_position_spread([d.at for d in distractors], spread, w.sum(0), varies)
+        spread = profiled_spread([d.profile for d in distractors], spread, w.sum(0), live & varies)
         z = bos_quiet((raw - shift[:, None]) / spread[:, None], causal)[:, positions]  # [D, P]
         z = z[:, torch.linspace(0, z.shape[1] - 1, min(Z_SAMPLE, z.shape[1])).long()] if z.shape[1] else z
         return cls(distractors, torch.tensor(slots, dtype=torch.long).reshape(-1, 2), shift, spread, z, causal)

@@ -143,7 +143,8 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
     if config.distractors and corr.non_aligned:
         spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
                                 causal=causal, seed=per_case, spread=config.distractor_spread,
-                                positions=getattr(task, "distractor_positions", "every"))
+                                positions=getattr(task, "distractor_positions", "every"),
+                                profile=config.distractor_profile)
         targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
                                         train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
         distractor_z = targets.standardised(train_set.tokens, train_set.mask)

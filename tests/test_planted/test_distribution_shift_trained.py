@@ -17,9 +17,10 @@ def trained():
     from siit.config import ArchConfig, TrainConfig
     from siit.trainer import train
 
-    # edge-level strictness, as the family trains: out-of-circuit edges are the noise the hidden edges join
-    return train(get_planted("distribution-shift"), TrainConfig(n_val=256, epochs=80, strict_edges=True),
-                 ArchConfig())
+    # edge-level strictness and flat busy targets, as the family trains (PlantedTask.strict_edges,
+    # .distractor_profile): out-of-circuit edges are the noise the hidden edges join
+    return train(get_planted("distribution-shift"), TrainConfig(n_val=256, epochs=80, strict_edges=True,
+                                                                distractor_profile=0.0), ArchConfig())
 
 
 @pytest.fixture(scope="module")

@@ -215,11 +215,13 @@ def test_deep_causal_bench_models_train_at_their_own_learning_rate() -> None:
         n_train = (task.bundle.n_train if task.bundle is not None else None) or default.n_train
         # the wide large-circuit model takes the wide-model step unless --(no-)lean-activations says otherwise
         lean = name == "large-circuit"
+        # the failure-mode families keep flat busy targets (planted.failure_modes._task); the rest the default
+        profile = 0.0 if task.failure_mode is not None else default.distractor_profile
         assert config == TrainConfig(lr=config.lr, strict_edges=edges or default.strict_edges, epochs=epochs,
-                                     n_train=n_train, lean_activations=lean), name
+                                     n_train=n_train, lean_activations=lean, distractor_profile=profile), name
         assert with_task_defaults(TrainConfig(lr=0.02), task, lr_given=True).lr == 0.02
         assert with_task_defaults(default, task, lr_given=False, strict_edges_given=True) == TrainConfig(
-            lr=config.lr, epochs=epochs, n_train=n_train, lean_activations=lean)
+            lr=config.lr, epochs=epochs, n_train=n_train, lean_activations=lean, distractor_profile=profile)
         assert not with_task_defaults(default, task, lr_given=False, lean_given=True).lean_activations
     with pytest.raises(ValueError, match="lr must be a positive number"):
         dataclasses.replace(get_planted("causal-bench-2x2"), lr=0.0)

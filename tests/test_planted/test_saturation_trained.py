@@ -19,8 +19,10 @@ def trained():
     from siit.config import ArchConfig, TrainConfig
     from siit.trainer import train
 
-    # node-level strictness only (the family trains edge-exact by default): the phenomenon is the head's
-    return train(get_planted("saturation"), TrainConfig(n_val=256, epochs=80, strict_edges=False), ArchConfig())
+    # node-level strictness only (the family trains edge-exact by default): the phenomenon is the head's;
+    # flat busy targets, as the family trains (PlantedTask.distractor_profile)
+    return train(get_planted("saturation"), TrainConfig(n_val=256, epochs=80, strict_edges=False,
+                                                        distractor_profile=0.0), ArchConfig())
 
 
 def test_the_duplicate_head_is_saturated_on_fresh_inputs(trained):

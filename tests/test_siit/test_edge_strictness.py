@@ -197,7 +197,7 @@ def test_main_cases_that_train_edge_exact_default_to_edge_strictness() -> None:
     from zoo.train_entry import with_task_defaults
 
     on = [c for c in MAIN_CASE_IDS if get_case(c).strict_edges]
-    assert on == ["13", "18", "26", "29", "34", "35", "36", "37"]
+    assert on == ["8", "13", "18", "26", "29", "34", "35", "36", "37"]
     compiled = lambda c: SimpleNamespace(case=get_case(c))  # noqa: E731  (what training reads of a CompiledCase)
     assert with_task_defaults(TrainConfig(), compiled("13"), lr_given=False).strict_edges is True
     assert with_task_defaults(TrainConfig(), compiled("3"), lr_given=False).strict_edges is False

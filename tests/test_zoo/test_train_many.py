@@ -95,12 +95,12 @@ def test_training_options_reach_the_workers(tmp_path: Path, capsys) -> None:
 
 def test_a_cases_own_defaults_reach_the_workers(tmp_path: Path, capsys) -> None:
     """Case.strict_edges is the case's default in a many-case run as in `zoo train case ID`, and an
-    explicit --no-strict-edges overrides it (case 13 trains edge-exact by default, case 8 does not)."""
+    explicit --no-strict-edges overrides it (case 13 trains edge-exact by default, case 33 does not)."""
     root = tmp_path / "root"
-    code, summary = _run(["--cases", "8,13", "--n-train", "128", "--jobs", "1", "--root", str(root)], capsys)
-    assert {r["case"] for r in summary["rows"]} == {"8", "13"}
+    code, summary = _run(["--cases", "33,13", "--n-train", "128", "--jobs", "1", "--root", str(root)], capsys)
+    assert {r["case"] for r in summary["rows"]} == {"33", "13"}
     assert _training(root, "case-13")["config"]["strict_edges"] is True
-    assert _training(root, "case-8")["config"]["strict_edges"] is False
+    assert _training(root, "case-33")["config"]["strict_edges"] is False
     other = tmp_path / "other"
     _run(["--cases", "13", "--n-train", "128", "--no-strict-edges", "--jobs", "1", "--root", str(other)], capsys)
     assert _training(other, "case-13")["config"]["strict_edges"] is False

@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="edge-level strictness (issue 36): strictness also patches single edges outside the "
                    "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
                    "validation.json's exact edge patching (pooled and per input length) finds none above the bound. "
-                   "Slower. Default on for the main cases 13, 18, 26, 29, 34-37 and the failure-mode planted models, "
+                   "Slower. Default on for the main cases 8, 13, 18, 26, 29, 34-37 and the failure-mode planted models, "
                    "where it trains; off (--no-strict-edges) elsewhere: the paper's node-level SIIT, whose edge "
                    "labels validation.json only reports, and patching may contradict them")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']}, or a planted "

@@ -180,7 +180,12 @@ def _realism_text(validation: dict[str, Any] | None, training: dict[str, Any] | 
 
 def _distractor_text(d: dict[str, Any]) -> str:
     kind = d.get("kind")
-    return DISTRACTOR_TEXT[kind].format(offset=d.get("offset", "?")) if kind in DISTRACTOR_TEXT else str(kind)
+    text = DISTRACTOR_TEXT[kind].format(offset=d.get("offset", "?")) if kind in DISTRACTOR_TEXT else str(kind)
+    if d.get("at") is not None:
+        return f"{text}, at position {d['at']} only"
+    if d.get("profile") is not None:  # siit.position_profiles
+        return f"{text}, varying more at some positions than at others (its profile in training.json)"
+    return text
 
 
 def _realism_meaning(heuristics: dict[str, Any], bounded: list[str], busy: bool) -> str:

@@ -203,3 +203,15 @@ def test_model_card_lists_what_training_adapted(compiled) -> None:
     plain = render_model_card(name="case-33", config=c.config, circuit=c.graph.to_json(), case=case,
                               training=_schema_2_training(), validation=_schema_2_validation())
     assert "adapted" not in plain
+
+
+def test_model_card_says_where_a_busy_target_varies() -> None:
+    """A distractor with a position profile (siit.position_profiles) or one position (Distractor.at) is
+    described as such in the card's node table; one without either as before (old entries)."""
+    from zoo.card import _distractor_text
+
+    plain = {"kind": "previous_token", "offset": 2}
+    assert _distractor_text(plain) == "a random feature of the token 2 position(s) back"
+    assert _distractor_text({**plain, "profile": [1.0, 2.0, 0.5]}).endswith(
+        "varying more at some positions than at others (its profile in training.json)")
+    assert _distractor_text({**plain, "at": 3}).endswith(", at position 3 only")

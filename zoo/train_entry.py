@@ -101,8 +101,9 @@ def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool
                        n_train_given: bool = False, lean_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
     learning rate, edge-level strictness, step budget, training set size, wide-model step and the busy targets'
-    position profile, PlantedTask.lr, .strict_edges, .epochs, .n_train, .lean_activations and .distractor_profile; a case's edge-level strictness, Case.strict_edges); no
-    distractors for a task whose circuit covers the whole model (PlantedTask.covers_model: a multi-task bundle)."""
+    position profile, PlantedTask.lr, .strict_edges, .epochs, .n_train, .lean_activations and .distractor_profile;
+    a case's edge-level strictness, Case.strict_edges); no distractors for a task whose circuit covers the
+    whole model (PlantedTask.covers_model: a multi-task bundle)."""
     lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
     if edges is None and getattr(getattr(task, "case", None), "strict_edges", False):
         edges = True  # a RASP case that trains edge-exact (rasp_programs.case.Case.strict_edges)

@@ -11,6 +11,7 @@ unchanged: the same weights as without the benchmark. --by-source lists which li
 dispatch the most operators (the profiler's Python stacks; slower).
 
 Usage: python tests/benchmarks/bench_step_profile.py [--case 33] [--skip 20] [--steps 40] [--top 15]
+[--by-source] (with --by-source the profiled steps' own figure includes the stacks' cost; the bare one does not)
 """
 
 from __future__ import annotations
@@ -37,10 +38,9 @@ def main(argv: list[str] | None = None) -> dict:
     import torch
     from torch.profiler import ProfilerActivity, profile
 
+    import siit.optim as optim
     import siit.train_step as train_step
     from zoo.cli import main as zoo_main
-
-    import siit.optim as optim
 
     original, backward, update = train_step.run_step, torch.Tensor.backward, optim.Adam.step
     state: dict = {"n": 0, "bare": [], "backward": [], "optimizer": [], "prof": None, "timing": False}
@@ -54,6 +54,7 @@ def main(argv: list[str] | None = None) -> dict:
                 if state["timing"]:
                     state[key].append(time.perf_counter() - start)
         return inner
+
     lo, mid, hi = args.skip, args.skip + args.steps, args.skip + 2 * args.steps
 
     def wrapped(*a, **k):

@@ -19,8 +19,9 @@ def trained():
 
     # edge-level strictness and flat busy targets, as the family trains (PlantedTask.strict_edges,
     # .distractor_profile): out-of-circuit edges are the noise the hidden edges join
-    return train(get_planted("distribution-shift"), TrainConfig(n_val=256, epochs=80, strict_edges=True,
-                                                                distractor_profile=0.0), ArchConfig())
+    task = get_planted("distribution-shift")
+    config = TrainConfig(n_val=256, epochs=80, strict_edges=True, distractor_profile=task.distractor_profile)
+    return train(task, config, ArchConfig())
 
 
 @pytest.fixture(scope="module")

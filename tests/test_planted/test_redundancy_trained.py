@@ -19,8 +19,9 @@ def trained():
 
     # node-level strictness only (the family trains edge-exact by default): the phenomenon is about nodes;
     # flat busy targets, as the family trains (PlantedTask.distractor_profile)
-    return train(get_planted("redundancy"), TrainConfig(n_val=256, epochs=160, strict_edges=False,
-                                                        distractor_profile=0.0), ArchConfig())
+    task = get_planted("redundancy")
+    config = TrainConfig(n_val=256, epochs=160, strict_edges=False, distractor_profile=task.distractor_profile)
+    return train(task, config, ArchConfig())
 
 
 def test_one_copy_moves_under_10_percent_and_two_copies_every_differing_pair(trained):

@@ -21,8 +21,9 @@ def trained():
 
     # node-level strictness only (the family trains edge-exact by default): the phenomenon is the head's;
     # flat busy targets, as the family trains (PlantedTask.distractor_profile)
-    return train(get_planted("saturation"), TrainConfig(n_val=256, epochs=80, strict_edges=False,
-                                                        distractor_profile=0.0), ArchConfig())
+    task = get_planted("saturation")
+    config = TrainConfig(n_val=256, epochs=80, strict_edges=False, distractor_profile=task.distractor_profile)
+    return train(task, config, ArchConfig())
 
 
 def test_the_duplicate_head_is_saturated_on_fresh_inputs(trained):

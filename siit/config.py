@@ -144,6 +144,11 @@ class TrainConfig:
     busy node's variance above a quarter of the circuit's."""
     distractor_r2: float = 0.9
     """Training also needs every distractor's R² on validation data >= this before it stops."""
+    busy_attention: bool = True
+    """Busy heads whose distractor copies one token (previous_token) also keep a floor on the attention
+    they give it (siit.source_attention): a head saturated on the wrong key gets no gradient from its
+    distractor's error (case 33 seed 4: R² 0.88 from step 275 to 8000 without it). False: as runs
+    before the field existed (absent in their training.json)."""
     distractor_profile: float = 1.0
     """How unevenly a busy node's target varies over positions: the largest sigma of the log of its
     per-position variance (siit.distractors.make_distractors draws each node's sigma stratified over
@@ -276,6 +281,8 @@ class TrainConfig:
         data["betas"] = list(self.betas)
         if not self.lean_activations:  # at its default, as runs before it recorded them (checkpoints resume)
             del data["lean_activations"]
+        if not self.busy_attention:  # as runs before the field existed recorded them
+            del data["busy_attention"]
         if self.distractor_profile == 0.0:  # flat targets: as runs before the field existed recorded them
             del data["distractor_profile"]
         return data

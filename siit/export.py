@@ -132,6 +132,7 @@ def config_from_training_json(training: dict[str, Any]) -> tuple[TrainConfig, Ar
     cfg["betas"] = tuple(cfg["betas"])
     cfg.setdefault("strict_edges", False)  # recorded before edge-level strictness existed
     cfg.setdefault("distractor_profile", 0.0)  # absent: flat targets (TrainConfig.to_json)
+    cfg.setdefault("busy_attention", False)  # absent: trained before it existed
     return TrainConfig(**cfg), ArchConfig(**training["arch"]["overrides"])
 
 

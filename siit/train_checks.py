@@ -135,8 +135,8 @@ def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges:
         metrics = evaluator.evaluate(trainee.model, acts=acts)
     else:
         acts, metrics = evaluation
-    if s.saturation is not None:  # a family's saturated heads (siit.saturation): part of the criterion
-        on_these = Saturation.build(s.high, s.corr, d.tokens, d.mask)
+    on_these = None if s.saturation is None else Saturation.build(s.high, s.corr, d.tokens, d.mask)
+    if on_these is not None:  # a family's saturated heads (siit.saturation): part of the criterion; not busy heads
         hit = saturated_fraction(trainee.model, d.tokens, d.mask, acts, on_these, d.present)[0]
         metrics["saturated_min"] = round(float(hit.min()), 6)
     if edges:

@@ -28,6 +28,7 @@ from siit.high_level import HighLevelModel, as_task
 from siit.loudness import Loudness
 from siit.metrics import Evaluator
 from siit.saturation import Saturation, one_position_keys, with_busy_heads
+from siit.source_attention import SourceAttention
 from siit.transformer import Transformer
 
 
@@ -75,6 +76,9 @@ class Setup:
     """The heads the high-level model wants saturated and their keys on the training set
     (siit.saturation: trained by the attention-margin loss), then the busy heads whose distractor
     varies at one position (siit.saturation.one_position_keys), or None."""
+    source_attention: SourceAttention | None = None
+    """The previous-token busy heads and their source keys, whose attention keeps a floor
+    (TrainConfig.busy_attention, siit.source_attention), or None."""
 
     views: tuple[Setup, ...] = ()
     """A multi-task bundle's views (planted.multi_task), each task's rows with its own circuit: the
@@ -163,6 +167,7 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
                  non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),
                  saturation=_busy_attention(Saturation.build(high, corr, train_set.tokens, train_set.mask), targets,
                                             train_set.tokens.shape),
+                 source_attention=SourceAttention.build(targets, low_config["n_ctx"]) if config.busy_attention else None,
                  logit_template=getattr(task, "logit_template", None),
                  views=tuple(prepare(v, dataclasses.replace(config, distractors=False), arch, device=device)
                              for v in (getattr(task, "view_tasks", None) or tuple)()))

@@ -30,6 +30,7 @@ from siit.losses import last_position_weights, output_loss, template_loss
 from siit.loudness import shape_groups
 from siit.optim import Adam
 from siit.saturation import head_scores, training_margin_loss
+from siit.source_attention import floor_loss
 from siit.train_setup import Setup, Trainee
 from siit.transformer import Patch
 
@@ -205,7 +206,7 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
                 out: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
     """Node activations of the source run [L, B, T, S, d] (the patch values) and the losses on
     them: realism (distractors of out-of-circuit nodes, norm ceiling of circuit nodes) and, where
-    the high-level model has saturated heads, their attention margin (siit.saturation; `keys`
+    the high-level model has saturated heads, their attention margin, and the previous-token busy heads' source floor (siit.saturation, siit.source_attention; `keys`
     bool [n_heads, B, T, T] their keys on these rows; `z` [D, B, T] the distractors' standardised
     targets of these rows, Setup.distractor_z).
 
@@ -233,6 +234,11 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         sat = training_margin_loss(s.saturation, scores, keys, positions if present is None else positions & present)
         out["saturation"] = float(sat.detach())
         aux = aux + sat
+    if s.source_attention is not None:
+        scores = head_scores(trainee.model, tokens, mask, acts, s.source_attention.slots, present)
+        floor = floor_loss(scores, s.source_attention.keys, positions if present is None else positions & present)
+        out["source_attention"] = float(floor.detach())
+        aux = aux + floor
     return (acts if config.source_gradient else acts.detach()), aux
 
 

@@ -4,7 +4,7 @@ varies along (is the information there?); for circuit and busy nodes, output var
 norm²/variance (the loudness the targets are matched to, siit.loudness), averaged over positions as
 eval.core.node_heuristics does. Prints one JSON object.
 
-    python tests/benchmarks/bench_distractor_fit.py --root ROOT [--planted large-circuit]
+    python tests/benchmarks/bench_distractor_fit.py --root ROOT [--planted large-circuit | --planted case:33]
 
 Where the recorded R² falls short of the affine read, the node carries its target but not at the scale
 and offset the loudness asks for (large-circuit's entry of the eighteenth session: recorded median 0.84,
@@ -31,12 +31,13 @@ def measure(root: Path, name: str) -> dict:
     from zoo.validate_entry import entry_setup
 
     torch.set_num_threads(1)
-    case = resolve_case("planted", name)
+    kind, _, ident = name.rpartition(":")
+    case = resolve_case(kind or "planted", ident)
     dest = root / "entries" / case.entry_name
     entry = load_entry_dir(dest)
     task = high_level_task(case, compiled_dir(zoo_root(str(root))))
     recorded = {x["node"]: x["r2"] for x in entry.training["realism"]["distractors"]}
-    if not any("at" in x for x in entry.training["realism"]["distractors"]):  # trained before DistractorPositions
+    if kind != "case" and not any("at" in x for x in entry.training["realism"]["distractors"]):  # trained before DistractorPositions
         task = dataclasses.replace(task, distractor_positions="every")
     s, model = entry_setup(task, entry, dest)
     d = s.evaluator.data
@@ -71,6 +72,6 @@ def measure(root: Path, name: str) -> dict:
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--root", type=Path, required=True)
-    parser.add_argument("--planted", default="large-circuit")
+    parser.add_argument("--planted", default="large-circuit", help="a planted model, or KIND:ID (case:33)")
     args = parser.parse_args()
     print(json.dumps(measure(args.root, args.planted), indent=1))

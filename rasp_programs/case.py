@@ -64,8 +64,14 @@ class Case:
     the main cases where it meets its criterion at the default width, so their edge labels are proven
     per input length, not only reported (docs/results.md, "Per input length"); a training default,
     not part of the task (case.json leaves it out)."""
+    min_d_head: int | None = None
+    """Smallest head width of the trained model unless told otherwise (`zoo train --min-d-head`), or None:
+    siit.config.ArchConfig's. 8 for case 3, whose edge-level strictness meets its criterion at d_model 32
+    only (docs/results.md); a training default like strict_edges, not part of the task."""
 
     def __post_init__(self) -> None:
+        if self.min_d_head is not None and not (isinstance(self.min_d_head, int) and self.min_d_head >= 1):
+            raise CaseError(f"case {self.id}: min_d_head must be a positive integer or None")
         if self.task_kind not in ("classification", "regression"):
             raise CaseError(f"case {self.id}: task_kind must be classification or regression")
         if not self.vocab:

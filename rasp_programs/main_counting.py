@@ -18,6 +18,7 @@ def case_3() -> Case:
         id="3", name="frac_x", task_kind="regression",
         description="Returns the fraction of 'x' in the input up to the i-th position for all i.",
         vocab=("a", "b", "c", "x"), max_seq_len=5, causal=True, build_program=program,
+        strict_edges=True, min_d_head=8,  # edge-level strictness meets its criterion at d_model 32 only
     )
 
 

@@ -47,6 +47,8 @@ class TrainOptions:
     """Whether --n-train was given (otherwise a planted model's own training set size applies)."""
     lean_given: bool = False
     """Whether --lean-activations or --no-lean-activations was given (otherwise a planted model's own applies)."""
+    min_d_head_given: bool = False
+    """Whether --min-d-head was given (otherwise a case's own head width applies, Case.min_d_head)."""
     all_views: bool = False
     """For a multi-task bundle's view: write every view's entry from the one training (--all-views)."""
     root: str | None = None
@@ -127,6 +129,14 @@ def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool
     return config
 
 
+def arch_for(options: TrainOptions, task: Any):
+    """options.arch with the case's own smallest head width where --min-d-head was not given (Case.min_d_head)."""
+    width = getattr(getattr(task, "case", None), "min_d_head", None)
+    if options.min_d_head_given or width is None:
+        return options.arch
+    return dataclasses.replace(options.arch, min_d_head=width)
+
+
 def checkpoint_dir(dest: Path) -> Path:
     """Where an interrupted run of `dest` keeps its checkpoint (`--resume` continues from it)."""
     return dest.parent / f".{dest.name}.checkpoint"
@@ -166,7 +176,7 @@ def train_entry(case, options: TrainOptions, dest: Path, *, command: list[str] |
     config = with_task_defaults(options.config, trained_on, lr_given=options.lr_given,
                                 strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given,
                                 n_train_given=options.n_train_given, lean_given=options.lean_given)
-    result = train(trained_on, config, options.arch, checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
+    result = train(trained_on, config, arch_for(options, trained_on), checkpoint_dir=checkpoint_dir(dest), resume=options.resume,
                    progress=progress, device=torch.device(options.device))
     others: dict[str, tuple[Path, bool]] = {}
     if trained_on is not compiled:
@@ -225,7 +235,7 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
         compiled = compiled_task(options.root, case)
     except Exception:  # noqa: BLE001 - the root's compile cache is not writable here (a Ray node)
         compiled = compiled_task(tempfile.mkdtemp(prefix="zoo-compile-"), case)
-    # the case's own defaults, as `zoo train case ID` takes them (Case.strict_edges)
+    # the case's own defaults, as `zoo train case ID` takes them (Case.strict_edges, Case.min_d_head)
     config = with_task_defaults(options.config, compiled, lr_given=options.lr_given,
                                 strict_edges_given=options.strict_edges_given, epochs_given=options.epochs_given,
                                 n_train_given=options.n_train_given, lean_given=options.lean_given)
@@ -234,7 +244,7 @@ def _train_case_job(case_id: str, options: TrainOptions, start: float):
         checkpoint.parent.mkdir(parents=True, exist_ok=True)
     except OSError:
         checkpoint = None
-    result = train(compiled, config, options.arch, checkpoint_dir=checkpoint, resume=options.resume,
+    result = train(compiled, config, arch_for(options, compiled), checkpoint_dir=checkpoint, resume=options.resume,
                    device=torch.device(options.device))
     validation = with_patching_checks(validate_model(result.model, result.evaluator, compiled,
                                                      evaluation=result.final_evaluation), compiled, result)

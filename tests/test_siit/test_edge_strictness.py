@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
 import torch
 
 from siit.config import TrainConfig
@@ -197,10 +198,10 @@ def test_main_cases_that_train_edge_exact_default_to_edge_strictness() -> None:
     from zoo.train_entry import with_task_defaults
 
     on = [c for c in MAIN_CASE_IDS if get_case(c).strict_edges]
-    assert on == ["8", "13", "18", "26", "29", "34", "35", "36", "37"]
+    assert on == ["3", "8", "13", "18", "26", "29", "34", "35", "36", "37"]
     compiled = lambda c: SimpleNamespace(case=get_case(c))  # noqa: E731  (what training reads of a CompiledCase)
     assert with_task_defaults(TrainConfig(), compiled("13"), lr_given=False).strict_edges is True
-    assert with_task_defaults(TrainConfig(), compiled("3"), lr_given=False).strict_edges is False
+    assert with_task_defaults(TrainConfig(), compiled("4"), lr_given=False).strict_edges is False
     assert with_task_defaults(TrainConfig(strict_edges=False), compiled("13"), lr_given=False,
                               strict_edges_given=True).strict_edges is False
     assert "strict_edges" not in get_case("13").metadata()  # not part of the task: case.json leaves it out
@@ -214,3 +215,24 @@ def test_main_cases_that_train_edge_exact_default_to_edge_strictness() -> None:
         a, _, b = part.partition("-")
         expanded += [str(i) for i in range(int(a), int(b or a) + 1)]
     assert expanded == on
+
+
+def test_case_3_trains_twice_as_wide_unless_told_otherwise() -> None:
+    """Case.min_d_head: case 3's edge-level strictness meets its criterion at d_model 32 only (docs/results.md);
+    --min-d-head overrides it, other cases keep ArchConfig's, and case.json leaves it out."""
+    from rasp_programs.catalogue import MAIN_CASE_IDS
+    from rasp_programs.case import CaseError
+    from rasp_programs.lookup import get_case
+    from siit.config import ArchConfig
+    from zoo.train_entry import TrainOptions, arch_for
+
+    assert {c: get_case(c).min_d_head for c in MAIN_CASE_IDS if get_case(c).min_d_head is not None} == {"3": 8}
+    task = lambda c: SimpleNamespace(case=get_case(c))  # noqa: E731  (what training reads of a CompiledCase)
+    default = TrainOptions(config=TrainConfig(), arch=ArchConfig())
+    assert arch_for(default, task("3")).min_d_head == 8
+    assert arch_for(default, task("4")) == ArchConfig()
+    given = TrainOptions(config=TrainConfig(), arch=ArchConfig(min_d_head=4), min_d_head_given=True)
+    assert arch_for(given, task("3")).min_d_head == 4
+    assert "min_d_head" not in get_case("3").metadata()
+    with pytest.raises(CaseError, match="min_d_head"):
+        dataclasses.replace(get_case("3"), min_d_head=0)

@@ -66,8 +66,8 @@ class Case:
     not part of the task (case.json leaves it out)."""
     min_d_head: int | None = None
     """Smallest head width of the trained model unless told otherwise (`zoo train --min-d-head`), or None:
-    siit.config.ArchConfig's. 8 for case 3, whose edge-level strictness meets its criterion at d_model 32
-    only (docs/results.md); a training default like strict_edges, not part of the task."""
+    siit.config.ArchConfig's. 8 for cases 3 and 4, whose edge-level strictness meets its criterion at d_model
+    32 only (docs/results.md); a training default like strict_edges, not part of the task."""
 
     def __post_init__(self) -> None:
         if self.min_d_head is not None and not (isinstance(self.min_d_head, int) and self.min_d_head >= 1):

@@ -39,6 +39,7 @@ def case_4() -> Case:
         vocab=("(", ")", "a"), max_seq_len=5, causal=True, build_program=program,
         notes="The difference of the two means is a LinearSequenceMap, which Tracr compiles "
         "exactly; a general numerical SequenceMap over means would be compiled wrongly.",
+        strict_edges=True, min_d_head=8,  # as case 3: edge-level strictness meets its criterion at d_model 32 only
     )
 
 

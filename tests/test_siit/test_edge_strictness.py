@@ -198,10 +198,10 @@ def test_main_cases_that_train_edge_exact_default_to_edge_strictness() -> None:
     from zoo.train_entry import with_task_defaults
 
     on = [c for c in MAIN_CASE_IDS if get_case(c).strict_edges]
-    assert on == ["3", "8", "13", "18", "26", "29", "34", "35", "36", "37"]
+    assert on == ["3", "4", "8", "13", "18", "26", "29", "34", "35", "36", "37"]
     compiled = lambda c: SimpleNamespace(case=get_case(c))  # noqa: E731  (what training reads of a CompiledCase)
     assert with_task_defaults(TrainConfig(), compiled("13"), lr_given=False).strict_edges is True
-    assert with_task_defaults(TrainConfig(), compiled("4"), lr_given=False).strict_edges is False
+    assert with_task_defaults(TrainConfig(), compiled("11"), lr_given=False).strict_edges is False
     assert with_task_defaults(TrainConfig(strict_edges=False), compiled("13"), lr_given=False,
                               strict_edges_given=True).strict_edges is False
     assert "strict_edges" not in get_case("13").metadata()  # not part of the task: case.json leaves it out
@@ -217,8 +217,8 @@ def test_main_cases_that_train_edge_exact_default_to_edge_strictness() -> None:
     assert expanded == on
 
 
-def test_case_3_trains_twice_as_wide_unless_told_otherwise() -> None:
-    """Case.min_d_head: case 3's edge-level strictness meets its criterion at d_model 32 only (docs/results.md);
+def test_cases_3_and_4_train_twice_as_wide_unless_told_otherwise() -> None:
+    """Case.min_d_head: cases 3 and 4's edge-level strictness meets its criterion at d_model 32 only (docs/results.md);
     --min-d-head overrides it, other cases keep ArchConfig's, and case.json leaves it out."""
     from rasp_programs.catalogue import MAIN_CASE_IDS
     from rasp_programs.case import CaseError
@@ -226,11 +226,11 @@ def test_case_3_trains_twice_as_wide_unless_told_otherwise() -> None:
     from siit.config import ArchConfig
     from zoo.train_entry import TrainOptions, arch_for
 
-    assert {c: get_case(c).min_d_head for c in MAIN_CASE_IDS if get_case(c).min_d_head is not None} == {"3": 8}
+    assert {c: get_case(c).min_d_head for c in MAIN_CASE_IDS if get_case(c).min_d_head is not None} == {"3": 8, "4": 8}
     task = lambda c: SimpleNamespace(case=get_case(c))  # noqa: E731  (what training reads of a CompiledCase)
     default = TrainOptions(config=TrainConfig(), arch=ArchConfig())
     assert arch_for(default, task("3")).min_d_head == 8
-    assert arch_for(default, task("4")) == ArchConfig()
+    assert arch_for(default, task("11")) == ArchConfig()
     given = TrainOptions(config=TrainConfig(), arch=ArchConfig(min_d_head=4), min_d_head_given=True)
     assert arch_for(given, task("3")).min_d_head == 4
     assert "min_d_head" not in get_case("3").metadata()

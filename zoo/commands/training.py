@@ -48,7 +48,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="edge-level strictness (issue 36): strictness also patches single edges outside the "
                    "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
                    "validation.json's exact edge patching (pooled and per input length) finds none above the bound. "
-                   "Slower. Default on for the main cases 3, 8, 13, 18, 26, 29, 34-37 and the failure-mode planted models, "
+                   "Slower. Default on for the main cases 3, 4, 8, 13, 18, 26, 29, 34-37 and the failure-mode planted models, "
                    "where it trains; off (--no-strict-edges) elsewhere: the paper's node-level SIIT, whose edge "
                    "labels validation.json only reports, and patching may contradict them")
     p.add_argument("--epochs", type=int, default=None, help=f"step budget in passes over the training set (default {d['epochs']}, or a planted "
@@ -64,7 +64,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    "(--n-train 8192 --epochs 62 is about the default 4000 steps)")
     p.add_argument("--min-d-head", type=int, default=None, metavar="N",
                    help=f"smallest head width of the trained model (default {arch_default}, or a case's own: 8 for "
-                   "case 3, whose edge-level strictness needs it; d_model = heads x d_head, 16 for most cases); 8 "
+                   "cases 3 and 4, whose edge-level strictness needs it; d_model = heads x d_head, 16 for most cases); 8 "
                    "gives every busy head and MLP twice the room")
     p.add_argument("--criterion", type=float, default=None, help=f"target for accuracy, IIA, SIIA (default {d['criterion']})")
     p.add_argument("--lean-activations", action=argparse.BooleanOptionalAction, default=None,

@@ -205,10 +205,11 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
                 row_weight: torch.Tensor, keys: torch.Tensor | None, z: torch.Tensor | None,
                 out: dict[str, float]) -> tuple[torch.Tensor, torch.Tensor]:
     """Node activations of the source run [L, B, T, S, d] (the patch values) and the losses on
-    them: realism (distractors of out-of-circuit nodes, norm ceiling of circuit nodes) and, where
-    the high-level model has saturated heads, their attention margin, and the previous-token busy heads' source floor (siit.saturation, siit.source_attention; `keys`
-    bool [n_heads, B, T, T] their keys on these rows; `z` [D, B, T] the distractors' standardised
-    targets of these rows, Setup.distractor_z).
+    them: realism (distractors of out-of-circuit nodes, norm ceiling of circuit nodes), the
+    attention margin of the high-level model's saturated heads (siit.saturation; `keys` bool
+    [n_heads, B, T, T] their keys on these rows) and the source floor of previous-token busy heads
+    (siit.source_attention); `z` [D, B, T] the distractors' standardised targets of these rows
+    (Setup.distractor_z).
 
     With `source_gradient` the IIT/SIIT loss is differentiated through the source run too (the
     full gradient of LOSS(INTINV(M, b, s, V))): strictness can then make a non-aligned node itself
@@ -229,14 +230,15 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         c_loss = norm_ceiling_loss(circuit(), positions, config.circuit_norm_ceiling)
         out["distractor"], out["norm_ceiling"] = float(d_loss.detach()), float(c_loss.detach())
         aux = config.distractor_weight * d_loss + c_loss
+    queries = positions if present is None else positions & present  # [B, T] the queries that count
     if keys is not None:
         scores = head_scores(trainee.model, tokens, mask, acts, s.saturation.slots, present)
-        sat = training_margin_loss(s.saturation, scores, keys, positions if present is None else positions & present)
+        sat = training_margin_loss(s.saturation, scores, keys, queries)
         out["saturation"] = float(sat.detach())
         aux = aux + sat
     if s.source_attention is not None:
         scores = head_scores(trainee.model, tokens, mask, acts, s.source_attention.slots, present)
-        floor = floor_loss(scores, s.source_attention.keys, positions if present is None else positions & present)
+        floor = floor_loss(scores, s.source_attention.keys, queries)
         out["source_attention"] = float(floor.detach())
         aux = aux + floor
     return (acts if config.source_gradient else acts.detach()), aux

@@ -11,7 +11,15 @@ entries only (argmax at every real position but BOS). Prints one JSON object.
 Cases 11 and 20 trained with --strict-edges --min-d-head 8 fail validation's edge bound on `a0.h3->m0` /
 `a0.h1->m0` on unpadded inputs (under resample and mean ablation; padded inputs stay within 0.02); this
 measures that one edge apart from validation's machinery, length by length, and says which counterfactual
-exposes it (docs/results.md, "Cases 11, 19, 20 and 21 with the source-attention floor"). Not part of CI.
+exposes it (docs/results.md, "Cases 11, 19, 20 and 21 with the source-attention floor"); per length also the
+same flips with the head's write replaced at one position only (mean_all_at_position: where m0 reads it) and the
+class counts of the outputs with and without it (mean_all_classes, clean_classes: whether removing the head
+sends every input to one class). With --length-signal, per head also what differs at position 1 between
+one-token and five-token inputs that start with the same word (length_signal: each layer-0 head's write,
+and m0's output once the head's write is replaced by its mean): whether m0 misreads the word or passes on
+the head's length. Not part of CI.
+
+    python tests/benchmarks/bench_short_input_reads.py --root ROOT --length-signal case-20
 """
 
 from __future__ import annotations
@@ -20,7 +28,7 @@ import argparse
 import json
 
 
-def measure(root: str, name: str, n: int = 3000, seed: int = 123) -> dict:
+def measure(root: str, name: str, n: int = 3000, seed: int = 123, signal: bool = False) -> dict:
     import torch
 
     from siit.interventions import ablation_values
@@ -50,20 +58,68 @@ def measure(root: str, name: str, n: int = 3000, seed: int = 123) -> dict:
                      "resample_same": own[torch.randperm(len(t), generator=gen)], "resample_any": any_src}
             row = {"n_inputs": len(t)}
             for key, value in swaps.items():
-                m0 = model.mlp_output(0, x1 - own + value)
-                patched = model(t, m, start=(1, x1 + m0))[0].argmax(-1)[:, 1:]
-                row[key] = round(float((patched != clean).float().mean()), 4)
+                row[key] = _flips(model, t, m, x1, own, value, clean)
+            # where the read happens: the head's write replaced at one position only (mean_all), and
+            # whether the patched outputs collapse onto one class (a read used as a bias, not noise)
+            row["mean_all_at_position"] = [_flips(model, t, m, x1, own, swaps["mean_all"], clean, only=p)
+                                           for p in range(length + 1)]
+            row["mean_all_classes"] = _patched(model, t, m, x1, own, swaps["mean_all"]).flatten().bincount().tolist()
+            row["clean_classes"] = clean.flatten().bincount().tolist()
             rows[str(length)] = row
         out["heads"][f"a0.h{head}"] = rows
+        if signal:
+            out.setdefault("length_signal", {})[f"a0.h{head}"] = length_signal(model, tokens, mask, mean_all, head)
     return out
+
+
+def length_signal(model, tokens, mask, mean_all, head: int) -> dict:
+    """Per first word present at lengths 1 and 5 (unpadded): the mean norm of the difference at position 1
+    between the two lengths of the embedding, of each layer-0 head's write, and of m0's output as it is and with
+    `head`'s write replaced by mean_all [T, S, d] (validation's mean)."""
+    H, lengths, out = model.n_heads, mask.sum(1) - 1, {}
+    runs = {}
+    for length in (1, 5):
+        pick = lengths == length
+        t, m = tokens[pick][:, : length + 1], mask[pick][:, : length + 1]
+        writes = model(t, m, return_acts=True)[1][0, :, 1, :H]  # [n, H, d] layer 0's heads at position 1
+        clean = model._embed(t, m.bool())[:, 1] + writes.sum(1) + model.blocks[0].attn.b_O
+        m0 = [model.mlp_output(0, x[:, None])[:, 0] for x in (clean, clean - writes[:, head] + mean_all[1, head])]
+        runs[length] = (t[:, 1], model._embed(t, m.bool())[:, 1], writes, m0[1], m0[0])
+    for word in sorted(set(runs[1][0].tolist()) & set(runs[5][0].tolist())):
+        (a, b) = (runs[L][0] == word for L in (1, 5))
+        diff = lambda i: round(float((runs[1][i][a][:1] - runs[5][i][b]).norm(dim=-1).mean()), 4)  # noqa: E731
+        writes = runs[1][2][a][0], runs[5][2][b]
+        out[str(word)] = {"n_five": int(b.sum()), "embedding": diff(1), "m0": diff(4), "m0_with_head_at_mean": diff(3),
+                          "m0_norm": round(float(runs[1][3][a][0].norm()), 4),
+                          "heads": {f"a0.h{h}": round(float((writes[0][h] - writes[1][:, h]).norm(dim=-1).mean()), 4)
+                                    for h in range(H)}}
+    return out
+
+
+def _patched(model, t, m, x1, own, value, only: int | None = None):
+    """Outputs [n, length] (BOS dropped) with the head's write into m0 (`own` [n, T, d]) replaced by
+    `value` (at position `only` alone when given)."""
+    if only is not None:
+        at_one = own.clone()
+        at_one[:, only] = value.expand_as(own)[:, only]
+        value = at_one
+    m0 = model.mlp_output(0, x1 - own + value)
+    return model(t, m, start=(1, x1 + m0))[0].argmax(-1)[:, 1:]
+
+
+def _flips(model, t, m, x1, own, value, clean, only: int | None = None) -> float:
+    return round(float((_patched(model, t, m, x1, own, value, only) != clean).float().mean()), 4)
 
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--root", required=True)
+    p.add_argument("--length-signal", action="store_true",
+                   help="also compare one-token and five-token inputs that start with the same word")
     p.add_argument("entries", nargs="+", help="entry names, e.g. case-20")
     args = p.parse_args()
-    print(json.dumps({"results": [measure(args.root, name) for name in args.entries]}, indent=1))
+    print(json.dumps({"results": [measure(args.root, name, signal=args.length_signal) for name in args.entries]},
+                     indent=1))
 
 
 if __name__ == "__main__":

@@ -15,7 +15,7 @@ exposes it (docs/results.md, "Cases 11, 19, 20 and 21 with the source-attention 
 same flips with the head's write replaced at one position only (mean_all_at_position: where m0 reads it) and the
 class counts of the outputs with and without it (mean_all_classes, clean_classes: whether removing the head
 sends every input to one class). With --length-signal, per head also what differs at position 1 between
-one-token and five-token inputs that start with the same word (length_signal: each layer-0 head's write,
+one-token inputs and the longest ones (five tokens in case 20) that start with the same word (length_signal: each layer-0 head's write,
 and m0's output once the head's write is replaced by its mean): whether m0 misreads the word or passes on
 the head's length. Not part of CI.
 
@@ -73,26 +73,32 @@ def measure(root: str, name: str, n: int = 3000, seed: int = 123, signal: bool =
 
 
 def length_signal(model, tokens, mask, mean_all, head: int) -> dict:
-    """Per first word present at lengths 1 and 5 (unpadded): the mean norm of the difference at position 1
-    between the two lengths of the embedding, of each layer-0 head's write, and of m0's output as it is and with
-    `head`'s write replaced by mean_all [T, S, d] (validation's mean)."""
-    H, lengths, out = model.n_heads, mask.sum(1) - 1, {}
-    runs = {}
-    for length in (1, 5):
+    """Per first word present at length 1 and at the sample's longest length (unpadded): the mean norm of the
+    difference at position 1 between the two lengths of the embedding, of each layer-0 head's write, and of
+    m0's output as it is and with `head`'s write replaced by mean_all [T, S, d] (validation's mean)."""
+    H, lengths = model.n_heads, mask.sum(1) - 1
+    short, long = 1, int(lengths.max())
+    at = {}  # length -> what position 1 holds, one row per input of that length
+    for length in (short, long):
         pick = lengths == length
         t, m = tokens[pick][:, : length + 1], mask[pick][:, : length + 1]
         writes = model(t, m, return_acts=True)[1][0, :, 1, :H]  # [n, H, d] layer 0's heads at position 1
-        clean = model._embed(t, m.bool())[:, 1] + writes.sum(1) + model.blocks[0].attn.b_O
-        m0 = [model.mlp_output(0, x[:, None])[:, 0] for x in (clean, clean - writes[:, head] + mean_all[1, head])]
-        runs[length] = (t[:, 1], model._embed(t, m.bool())[:, 1], writes, m0[1], m0[0])
-    for word in sorted(set(runs[1][0].tolist()) & set(runs[5][0].tolist())):
-        (a, b) = (runs[L][0] == word for L in (1, 5))
-        diff = lambda i: round(float((runs[1][i][a][:1] - runs[5][i][b]).norm(dim=-1).mean()), 4)  # noqa: E731
-        writes = runs[1][2][a][0], runs[5][2][b]
-        out[str(word)] = {"n_five": int(b.sum()), "embedding": diff(1), "m0": diff(4), "m0_with_head_at_mean": diff(3),
-                          "m0_norm": round(float(runs[1][3][a][0].norm()), 4),
-                          "heads": {f"a0.h{h}": round(float((writes[0][h] - writes[1][:, h]).norm(dim=-1).mean()), 4)
-                                    for h in range(H)}}
+        embed = model._embed(t, m.bool())[:, 1]
+        clean = embed + writes.sum(1) + model.blocks[0].attn.b_O
+        at_mean = clean - writes[:, head] + mean_all[1, head]
+        at[length] = {"word": t[:, 1], "embedding": embed, "writes": writes,
+                      "m0": model.mlp_output(0, clean[:, None])[:, 0],
+                      "m0_with_head_at_mean": model.mlp_output(0, at_mean[:, None])[:, 0]}
+    out = {}
+    for word in sorted(set(at[short]["word"].tolist()) & set(at[long]["word"].tolist())):
+        a, b = (at[L]["word"] == word for L in (short, long))
+        one, many = ({k: v[rows] for k, v in at[L].items()} for L, rows in ((short, a), (long, b)))
+        diff = lambda x, y: round(float((x - y).norm(dim=-1).mean()), 4)  # noqa: E731  (one-token inputs are one word)
+        out[str(word)] = {"n_longest": int(b.sum()), "embedding": diff(one["embedding"][:1], many["embedding"]),
+                          "m0": diff(one["m0"][:1], many["m0"]),
+                          "m0_with_head_at_mean": diff(one["m0_with_head_at_mean"][:1], many["m0_with_head_at_mean"]),
+                          "m0_norm": round(float(one["m0_with_head_at_mean"][0].norm()), 4),
+                          "heads": {f"a0.h{h}": diff(one["writes"][:1, h], many["writes"][:, h]) for h in range(H)}}
     return out
 
 
@@ -115,7 +121,7 @@ def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--root", required=True)
     p.add_argument("--length-signal", action="store_true",
-                   help="also compare one-token and five-token inputs that start with the same word")
+                   help="also compare one-token and the longest inputs that start with the same word")
     p.add_argument("entries", nargs="+", help="entry names, e.g. case-20")
     args = p.parse_args()
     print(json.dumps({"results": [measure(args.root, name, signal=args.length_signal) for name in args.entries]},

@@ -48,22 +48,19 @@ def measure(root: str, name: str, n: int = 3000, seed: int = 123, signal: bool =
     for head in [h for h in range(H) if f"a0.h{h}" not in circuit]:
         rows = {}
         for length in sorted(set(lengths.tolist())):
-            pick = lengths == length
-            t, m = tokens[pick][:, : length + 1], mask[pick][:, : length + 1]  # unpadded
-            logits, a = model(t, m, return_acts=True)
-            x1 = model._embed(t, m.bool()) + a[0, :, :, :H].sum(2) + model.blocks[0].attn.b_O
-            own, clean = a[0, :, :, head], logits.argmax(-1)[:, 1:]
+            t, m, logits, writes, embed = _unpadded(model, tokens, mask, length)
+            x1 = _after_attention(model, embed, writes)
+            own, clean = writes[:, :, head], logits.argmax(-1)[:, 1:]
             any_src = acts[0, torch.randint(0, len(tokens), (len(t),), generator=gen), : length + 1, head]
             swaps = {"mean_all": mean_all[None, : length + 1, head], "mean_same": own.mean(0, keepdim=True),
                      "resample_same": own[torch.randperm(len(t), generator=gen)], "resample_any": any_src}
-            row = {"n_inputs": len(t)}
-            for key, value in swaps.items():
-                row[key] = _flips(model, t, m, x1, own, value, clean)
+            patched = {key: _patched(model, t, m, x1, own, value) for key, value in swaps.items()}
+            row = {"n_inputs": len(t), **{key: _flips(y, clean) for key, y in patched.items()}}
             # where the read happens: the head's write replaced at one position only (mean_all), and
             # whether the patched outputs collapse onto one class (a read used as a bias, not noise)
-            row["mean_all_at_position"] = [_flips(model, t, m, x1, own, swaps["mean_all"], clean, only=p)
+            row["mean_all_at_position"] = [_flips(_patched(model, t, m, x1, own, swaps["mean_all"], only=p), clean)
                                            for p in range(length + 1)]
-            row["mean_all_classes"] = _patched(model, t, m, x1, own, swaps["mean_all"]).flatten().bincount().tolist()
+            row["mean_all_classes"] = patched["mean_all"].flatten().bincount().tolist()
             row["clean_classes"] = clean.flatten().bincount().tolist()
             rows[str(length)] = row
         out["heads"][f"a0.h{head}"] = rows
@@ -76,15 +73,13 @@ def length_signal(model, tokens, mask, mean_all, head: int) -> dict:
     """Per first word present at length 1 and at the sample's longest length (unpadded): the mean norm of the
     difference at position 1 between the two lengths of the embedding, of each layer-0 head's write, and of
     m0's output as it is and with `head`'s write replaced by mean_all [T, S, d] (validation's mean)."""
-    H, lengths = model.n_heads, mask.sum(1) - 1
-    short, long = 1, int(lengths.max())
+    H = model.n_heads
+    short, long = 1, int((mask.sum(1) - 1).max())
     at = {}  # length -> what position 1 holds, one row per input of that length
     for length in (short, long):
-        pick = lengths == length
-        t, m = tokens[pick][:, : length + 1], mask[pick][:, : length + 1]
-        writes = model(t, m, return_acts=True)[1][0, :, 1, :H]  # [n, H, d] layer 0's heads at position 1
-        embed = model._embed(t, m.bool())[:, 1]
-        clean = embed + writes.sum(1) + model.blocks[0].attn.b_O
+        t, _, _, writes, embed = _unpadded(model, tokens, mask, length)
+        writes, embed = writes[:, 1], embed[:, 1]  # position 1: [n, H, d], [n, d]
+        clean = _after_attention(model, embed, writes)
         at_mean = clean - writes[:, head] + mean_all[1, head]
         at[length] = {"word": t[:, 1], "embedding": embed, "writes": writes,
                       "m0": model.mlp_output(0, clean[:, None])[:, 0],
@@ -102,6 +97,20 @@ def length_signal(model, tokens, mask, mean_all, head: int) -> dict:
     return out
 
 
+def _unpadded(model, tokens, mask, length: int):
+    """The sample's inputs of `length`, unpadded (BOS and the input only): tokens, mask, their logits,
+    layer 0's head writes [n, T, H, d] and the embedding [n, T, d]."""
+    pick = (mask.sum(1) - 1) == length
+    t, m = tokens[pick][:, : length + 1], mask[pick][:, : length + 1]
+    logits, acts = model(t, m, return_acts=True)
+    return t, m, logits, acts[0, :, :, : model.n_heads], model._embed(t, m.bool())
+
+
+def _after_attention(model, embed, writes):
+    """The residual stream after block 0's attention (m0's input) from the embedding and the heads' writes."""
+    return embed + writes.sum(-2) + model.blocks[0].attn.b_O
+
+
 def _patched(model, t, m, x1, own, value, only: int | None = None):
     """Outputs [n, length] (BOS dropped) with the head's write into m0 (`own` [n, T, d]) replaced by
     `value` (at position `only` alone when given)."""
@@ -113,8 +122,9 @@ def _patched(model, t, m, x1, own, value, only: int | None = None):
     return model(t, m, start=(1, x1 + m0))[0].argmax(-1)[:, 1:]
 
 
-def _flips(model, t, m, x1, own, value, clean, only: int | None = None) -> float:
-    return round(float((_patched(model, t, m, x1, own, value, only) != clean).float().mean()), 4)
+def _flips(patched, clean) -> float:
+    """The fraction of output positions that `patched` changes."""
+    return round(float((patched != clean).float().mean()), 4)
 
 
 def main() -> None:

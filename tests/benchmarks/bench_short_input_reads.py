@@ -20,6 +20,14 @@ and m0's output once the head's write is replaced by its mean): whether m0 misre
 the head's length. Not part of CI.
 
     python tests/benchmarks/bench_short_input_reads.py --root ROOT --length-signal case-20
+
+With --paths, per head and length also which readers of m0's changed output carry the flips (paths): m0's
+output with the head's write at its mean minus as it is (delta) is read by a chosen set of block 1's
+readers only (a circuit head's q, k, v; the busy heads; block 1's MLP; the residual stream that goes on to
+block 2) and every other reader reads m0 as it is. A flip that needs two readers at once (a circuit head
+and the MLP, say) is a read that the rest of the circuit cancels when the head is ablated whole.
+
+    python tests/benchmarks/bench_short_input_reads.py --root ROOT --paths case-20
 """
 
 from __future__ import annotations
@@ -28,7 +36,8 @@ import argparse
 import json
 
 
-def measure(root: str, name: str, n: int = 3000, seed: int = 123, signal: bool = False) -> dict:
+def measure(root: str, name: str, n: int = 3000, seed: int = 123, signal: bool = False,
+            paths: bool = False) -> dict:
     import torch
 
     from siit.interventions import ablation_values
@@ -62,6 +71,9 @@ def measure(root: str, name: str, n: int = 3000, seed: int = 123, signal: bool =
                                            for p in range(length + 1)]
             row["mean_all_classes"] = patched["mean_all"].flatten().bincount().tolist()
             row["clean_classes"] = clean.flatten().bincount().tolist()
+            if paths and model.n_layers > 1:
+                delta = model.mlp_output(0, x1 - own + swaps["mean_all"]) - model.mlp_output(0, x1)
+                row["paths"] = reader_paths(model, t, m, x1 + model.mlp_output(0, x1), delta, clean, circuit)
             rows[str(length)] = row
         out["heads"][f"a0.h{head}"] = rows
         if signal:
@@ -95,6 +107,40 @@ def length_signal(model, tokens, mask, mean_all, head: int) -> dict:
                           "m0_norm": round(float(one["m0_with_head_at_mean"][0].norm()), 4),
                           "heads": {f"a0.h{h}": diff(one["writes"][:1, h], many["writes"][:, h]) for h in range(H)}}
     return out
+
+
+def reader_paths(model, t, m, x, delta, clean, circuit: set) -> dict:
+    """Flips when only some of block 1's readers read x + delta [n, T, d] (x: block 1's input) and the
+    others x: each reader set of `_reader_sets` (its name -> the fraction of outputs that change)."""
+    import torch
+
+    H, a = model.n_heads, model.blocks[1].attn
+    allowed = model.allowed_keys(m)
+    out = {}
+    for name, use in _reader_sets(H, circuit).items():
+        heads = []
+        for h in range(H):
+            q, k, v = (torch.einsum("btd,dk->btk", x + delta if (c, h) in use else x, W[h]) + b[h]
+                       for c, W, b in (("q", a.W_Q, a.b_Q), ("k", a.W_K, a.b_K), ("v", a.W_V, a.b_V)))
+            heads.append(model._attend(q[:, None], k[:, None], v[:, None], allowed)[:, 0] @ a.W_O[h])
+        mid = x + sum(heads) + a.b_O
+        leaving = mid + (delta if "residual" in use else 0) + model.mlp_output(1, mid + (delta if "mlp" in use else 0))
+        out[name] = _flips(model(t, m, start=(2, leaving))[0].argmax(-1)[:, 1:], clean)
+    return out
+
+
+def _reader_sets(H: int, circuit: set) -> dict:
+    """Named sets of block 1's readers: ("q"|"k"|"v", head) pairs, "mlp" (block 1's MLP) and "residual"
+    (what goes on to block 2 unread by block 1): each alone, each circuit head's q, k, v together and with
+    each of the MLP and the residual stream, and everything."""
+    busy = {(c, h) for c in "qkv" for h in range(H) if f"a1.h{h}" not in circuit}
+    sets: dict = {"everything": busy | {(c, h) for c in "qkv" for h in range(H)} | {"mlp", "residual"},
+                  "busy_heads": busy, "mlp": {"mlp"}, "residual": {"residual"}, "mlp+residual": {"mlp", "residual"}}
+    for h in (h for h in range(H) if f"a1.h{h}" in circuit):
+        qkv = {(c, h) for c in "qkv"}
+        sets.update({f"a1.h{h}<{c}>": {(c, h)} for c in "qkv"})
+        sets.update({f"a1.h{h}<qkv>": qkv, f"a1.h{h}<qkv>+mlp": qkv | {"mlp"}, f"a1.h{h}<qkv>+residual": qkv | {"residual"}})
+    return sets
 
 
 def _unpadded(model, tokens, mask, length: int):
@@ -132,9 +178,11 @@ def main() -> None:
     p.add_argument("--root", required=True)
     p.add_argument("--length-signal", action="store_true",
                    help="also compare one-token and the longest inputs that start with the same word")
+    p.add_argument("--paths", action="store_true",
+                   help="also which of block 1's readers of m0's changed output carry the flips")
     p.add_argument("entries", nargs="+", help="entry names, e.g. case-20")
     args = p.parse_args()
-    print(json.dumps({"results": [measure(args.root, name, signal=args.length_signal) for name in args.entries]},
+    print(json.dumps({"results": [measure(args.root, name, signal=args.length_signal, paths=args.paths) for name in args.entries]},
                      indent=1))
 
 

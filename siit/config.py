@@ -154,6 +154,10 @@ class TrainConfig:
     per-position variance (siit.distractors.make_distractors draws each node's sigma stratified over
     [0, this]). 0: the same variance at every position, which no circuit node has (the
     position_spread look then reads the circuit off)."""
+    distractor_components: int = 1
+    """Most scalars a busy node's target has (siit.busy_components; 1 to 4): each node gets 0 to
+    this - 1 further components, each read along its probe direction of its own and counted in the
+    distractor R² like the first. 1: one scalar a node, as runs before the field existed."""
     circuit_norm_ceiling: float = 2.5
     """Ceiling on the rms output norm of circuit nodes (with distractors on), inside the distractor
     range: without it SIIT makes circuit nodes louder than every distractor."""
@@ -226,13 +230,7 @@ class TrainConfig:
                      "criterion", "init_output_scale", "regression_tolerance", "distractor_weight", "distractor_r2"):
             if not math.isfinite(getattr(self, name)):
                 raise ConfigError(f"{name} must be a finite number, got {getattr(self, name)}")
-        if not (math.isfinite(self.distractor_spread) and self.distractor_spread >= 1 and 0 <= self.distractor_profile <= 3):
-            raise ConfigError("distractor_spread must be a finite number >= 1 and distractor_profile one in [0, 3], "
-                              f"got {self.distractor_spread} and {self.distractor_profile}")
-        if not self.circuit_norm_ceiling > 0:
-            raise ConfigError(f"circuit_norm_ceiling must be > 0 (inf turns it off), got {self.circuit_norm_ceiling}")
-        if self.distractor_weight < 0 or not 0 <= self.distractor_r2 <= 1:
-            raise ConfigError("distractor_weight must be >= 0 and distractor_r2 in [0, 1]")
+        self._check_realism()
         if not isinstance(self.max_extensions, int) or isinstance(self.max_extensions, bool) or self.max_extensions < 0:
             raise ConfigError(f"max_extensions must be an integer >= 0, got {self.max_extensions!r}")
         for name in ("stall_tolerance", "extension", "reach", "progress"):
@@ -276,6 +274,19 @@ class TrainConfig:
                 + (("distractor_r2",) if self.distractors else ())
                 + (("edge_siia",) if self.trains_edges else ()))
 
+    def _check_realism(self) -> None:
+        """The distractors' and the norm ceiling's fields."""
+        if not (math.isfinite(self.distractor_spread) and self.distractor_spread >= 1 and 0 <= self.distractor_profile <= 3):
+            raise ConfigError("distractor_spread must be a finite number >= 1 and distractor_profile one in [0, 3], "
+                              f"got {self.distractor_spread} and {self.distractor_profile}")
+        if isinstance(self.distractor_components, bool) or not (  # siit.busy_components.MAX_COMPONENTS
+                isinstance(self.distractor_components, int) and 1 <= self.distractor_components <= 4):
+            raise ConfigError(f"distractor_components must be an integer in [1, 4], got {self.distractor_components!r}")
+        if not self.circuit_norm_ceiling > 0:
+            raise ConfigError(f"circuit_norm_ceiling must be > 0 (inf turns it off), got {self.circuit_norm_ceiling}")
+        if self.distractor_weight < 0 or not 0 <= self.distractor_r2 <= 1:
+            raise ConfigError("distractor_weight must be >= 0 and distractor_r2 in [0, 1]")
+
     def to_json(self) -> dict[str, Any]:
         data = dataclasses.asdict(self)
         data["betas"] = list(self.betas)
@@ -285,4 +296,6 @@ class TrainConfig:
             del data["busy_attention"]
         if self.distractor_profile == 0.0:  # flat targets: as runs before the field existed recorded them
             del data["distractor_profile"]
+        if self.distractor_components == 1:  # one scalar a node: as runs before the field existed
+            del data["distractor_components"]
         return data

@@ -64,12 +64,18 @@ class Distractor:
     profile: tuple[float, ...] | None = None
     """Relative variance of the target at each position (siit.position_profiles), or None: the same
     at every position."""
+    components: tuple[tuple[float, ...], ...] = ()
+    """Token features of the target's further components (siit.busy_components), or (): one scalar."""
+    shares: tuple[float, ...] = ()
+    """Each further component's variance / the first's."""
 
     def to_json(self) -> dict[str, Any]:
         out = {"node": self.node, "kind": self.kind, "offset": self.offset,
                "variance_factor": round(self.variance_factor, 6), "offset_factor": round(self.offset_factor, 6)}
         if self.profile is not None:
             out["profile"] = [round(v, 6) for v in self.profile]
+        if self.shares:
+            out["component_shares"] = [round(v, 6) for v in self.shares]
         return out if self.at is None else {**out, "at": self.at}
 
 
@@ -259,11 +265,13 @@ class DistractorTargets:
         return _z_stats(self.z_sample)
 
     @functools.cached_property
-    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
-        """[D] variance_factor and [D] sqrt(offset_factor), on the targets' device: fixed."""
-        dev = self.shift.device
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+        """[D] variance_factor, [D] sqrt(offset_factor) and [D] the first component's share of the
+        variance, 1 / (1 + further shares) (None: every target one scalar), on the targets' device."""
+        dev, first = self.shift.device, [1 / (1 + sum(d.shares)) for d in self.distractors]
         return (torch.tensor([d.variance_factor for d in self.distractors], device=dev),
-                torch.tensor([d.offset_factor for d in self.distractors], device=dev).sqrt())
+                torch.tensor([d.offset_factor for d in self.distractors], device=dev).sqrt(),
+                torch.tensor(first, device=dev) if any(d.shares for d in self.distractors) else None)
 
     def wanted_norms(self, reference: torch.Tensor) -> torch.Tensor:
         """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]
@@ -288,15 +296,20 @@ class DistractorTargets:
         offset that makes their mean absolute value sqrt(offset_factor) x reference[1] on the
         training inputs; `gain` [D, 2] multiplies the variance and the norm (calibration: what a
         node writes beside its target adds to both). The K offsets are solved together."""
-        var, norm = self.wanted_variances(references), self.wanted_norms(references)  # [K, D]
+        scale, norm = self.scales(references, gain), self.wanted_norms(references)  # [K, D]
         if gain is not None:
-            var, norm = var * gain[:, 0], norm * gain[:, 1]
-        scale = var.sqrt()
+            norm = norm * gain[:, 1]
         K = references.shape[0]
         median, abs_mean = self.z_stats
         off = offsets_for_norm(self.z_sample.repeat(K, 1), scale.flatten(), norm.flatten(),
                                z_stats=(median.repeat(K), abs_mean.repeat(K))).reshape(K, -1)
         return z * scale[:, :, None, None] + off[:, :, None, None]
+
+    def scales(self, references: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
+        """[K, D] standard deviation of each target at each reference of references [K, 2] (`scaled`)."""
+        var = self.wanted_variances(references)
+        var, first = var if gain is None else var * gain[:, 0], self._factors[2]
+        return (var if first is None else var * first).sqrt()  # the first of several (siit.busy_components)
 
     def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
                  gain: torch.Tensor | None = None) -> torch.Tensor:

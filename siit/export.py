@@ -66,6 +66,10 @@ ONE_POSITION_NOTE = (" A distractor with `at` varied at that one position only (
                      "that fires at one position, and its head was trained to attend there to its source and to "
                      "BOS elsewhere at the circuit's attention margin (siit.saturation.one_position_keys).")
 """Said in training.json's realism notes of an entry whose busy heads worked at one position each."""
+COMPONENTS_NOTE = (" A distractor with component_shares computed the same function on that many further token "
+                   "features (siit.busy_components), each read along a unit direction of its own, with variance "
+                   "share x the first's (the node's variance split among them) and its R² in component_r2.")
+"""Said in training.json's realism notes of an entry whose busy nodes wrote several features each."""
 
 
 def training_json(result: TrainResult, *, command: list[str] | None = None) -> dict[str, Any]:
@@ -104,7 +108,8 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
                      "factors say. Circuit nodes had an rms output-norm ceiling "
                      "(config.circuit_norm_ceiling). After training, each head's Q/K and V/O pairs were "
                      "rescaled by opposite factors (head_rescale: [qk, vo]), which changes no output."
-                     + (ONE_POSITION_NOTE if any("at" in d for d in result.distractors) else ""),
+                     + (ONE_POSITION_NOTE if any("at" in d for d in result.distractors) else "")
+                     + (COMPONENTS_NOTE if any("component_shares" in d for d in result.distractors) else ""),
         },
         "versions": package_versions(),
         "compute": {"torch_threads": torch.get_num_threads(),
@@ -133,6 +138,7 @@ def config_from_training_json(training: dict[str, Any]) -> tuple[TrainConfig, Ar
     cfg.setdefault("strict_edges", False)  # recorded before edge-level strictness existed
     cfg.setdefault("distractor_profile", 0.0)  # absent: flat targets (TrainConfig.to_json)
     cfg.setdefault("busy_attention", False)  # absent: trained before it existed
+    cfg.setdefault("distractor_components", 1)  # absent: one scalar a busy node
     return TrainConfig(**cfg), ArchConfig(**training["arch"]["overrides"])
 
 

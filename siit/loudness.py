@@ -108,6 +108,15 @@ class Loudness(nn.Module):
         both = targets.scaled(z, torch.stack([self.reference, self.reference_unpadded]), self.gain)
         return torch.where(padded[None, :, None], both[0], both[1])
 
+    def scales(self, targets: DistractorTargets, padded: torch.Tensor | None, rows: int) -> torch.Tensor:
+        """[D, rows] each target's standard deviation on each of `rows` rows (`targets`'s scale: its
+        shape class's reference and the node's gain); what siit.busy_components scales its
+        further components by."""
+        if padded is None:
+            return targets.scales(self.reference[None], self.gain)[0][:, None].expand(-1, rows)
+        both = targets.scales(torch.stack([self.reference, self.reference_unpadded]), self.gain)  # [2, D]
+        return torch.where(padded[None, :], both[0][:, None], both[1][:, None])
+
     def norm_terms(self, busy: Callable[[], torch.Tensor], targets: DistractorTargets, groups: Groups,
                    weight: torch.Tensor) -> list[torch.Tensor]:
         """Busy nodes' mean output norms against their factors (norm_match_loss), one term per class

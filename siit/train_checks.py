@@ -17,6 +17,7 @@ from typing import Any
 
 import torch
 
+from siit.busy_components import component_names
 from siit.config import TrainConfig
 from siit.data import SHAPES
 from siit.distractors import node_outputs, r_squared, readout
@@ -147,13 +148,20 @@ def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges:
             padded = None if d.shape_ids is None else drawn_padded(s, d.shape_ids)
             target = trainee.loudness.targets(targets, targets.standardised(d.tokens, d.mask), padded)
             pred = readout(node_outputs(acts, targets.slots), trainee.probes)
+            names = [x.node for x in targets.distractors]
+            if s.components is not None:  # the further components count as distractors of their own
+                further = s.components.targets(s.components.standardised(d.tokens, d.mask),
+                                               trainee.loudness.scales(targets, padded, d.tokens.shape[0]))
+                target = torch.cat([target, further])
+                pred = torch.cat([pred, readout(node_outputs(acts, s.components.slots), trainee.component_probes)])
+                names += component_names(targets.distractors)
             r2 = r_squared(pred, target, d.label_mask)
             for shape, part in metrics.get("by_shape", {}).items():
                 rows = d.shape_ids == SHAPES.index(shape)
                 r2_shape = r_squared(pred[:, rows], target[:, rows], d.label_mask[rows])
                 worst = int(r2_shape.argmin())
                 part.update(distractor_r2_min=round(float(r2_shape[worst]), 6),
-                            worst_distractor=targets.distractors[worst].node)
-        per_node = {x.node: round(float(v), 6) for x, v in zip(targets.distractors, r2)}
+                            worst_distractor=names[worst])
+        per_node = {name: round(float(v), 6) for name, v in zip(names, r2)}
         metrics.update(distractor_r2_min=min(per_node.values()), distractor_r2_per_node=per_node)
     return metrics

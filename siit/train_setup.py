@@ -7,9 +7,11 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import numpy as np
 import torch
 from torch import nn
 
+from siit.busy_components import ComponentTargets, draw_components
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
 from siit.data import (
@@ -70,8 +72,12 @@ class Setup:
     logit_template: float | None = None
     """The task's logit template margin (siit.losses.template_loss replaces cross-entropy), or None."""
     distractor_z: torch.Tensor | None = None
-    """[D, N, T] the distractors' standardised targets of every training sequence
-    (DistractorTargets.standardised), on the CPU with the training set: fixed, so steps index it."""
+    """[D + E, N, T] the distractors' standardised targets of every training sequence
+    (DistractorTargets.standardised), then their further components' (`components`), on the CPU
+    with the training set: fixed, so steps index it."""
+    components: ComponentTargets | None = None
+    """The E further components of the busy nodes' targets (TrainConfig.distractor_components,
+    siit.busy_components), or None: every busy node writes one scalar."""
     saturation: Saturation | None = None
     """The heads the high-level model wants saturated and their keys on the training set
     (siit.saturation: trained by the attention-margin loss), then the busy heads whose distractor
@@ -88,6 +94,37 @@ class Setup:
     """Where the model, the evaluators and the distractor targets live (eval.core.device). The
     training set, the masks and the high-level model stay on the CPU, where every step draws its
     batch from CPU generators before moving it: the same seed draws the same batches anywhere."""
+
+
+def _busy_targets(task: Any, config: TrainConfig, corr: Correspondence, low_config: dict[str, Any],
+                  train_set: Dataset, per_case: int, device: torch.device
+                  ) -> tuple[DistractorTargets, torch.Tensor, ComponentTargets | None]:
+    """The busy nodes' distractor targets (on `device`), their standardised values on every training
+    sequence [D + E, N, T] (on the CPU: the first components', then the further ones'), and the
+    further components (siit.busy_components) or None."""
+    causal = low_config["attention_dir"] == "causal"
+    spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
+                            causal=causal, seed=per_case, spread=config.distractor_spread,
+                            positions=getattr(task, "distractor_positions", "every"),
+                            profile=config.distractor_profile)
+    spec = draw_components(spec, config.distractor_components, _token_weight(train_set, low_config["d_vocab"]),
+                           per_case, low_config["d_head"])
+    tokens, mask = train_set.tokens, train_set.mask
+    targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned], tokens, mask, mask.bool(),
+                                    causal=causal)
+    z = targets.standardised(tokens, mask)
+    components = ComponentTargets.fit(targets, tokens, mask, mask.bool())
+    if components is not None:
+        z = torch.cat([z, components.standardised(tokens, mask)])
+        components = components.to(device)
+    return targets.to(device), z, components
+
+
+def _token_weight(data: Dataset, d_vocab: int) -> np.ndarray:
+    """[d_vocab] each token's frequency at the input positions of `data` (BOS and PAD excluded)."""
+    inputs = data.mask.bool().clone()
+    inputs[:, 0] = False
+    return np.bincount(data.tokens[inputs].numpy(), minlength=d_vocab).astype(np.float64)
 
 
 def _busy_attention(saturation: Saturation | None, targets: DistractorTargets | None,
@@ -108,11 +145,13 @@ class Trainee(nn.Module):
     """The model, the distractors' probe directions and the circuit's running loudness (the
     distractors' reference, siit.loudness): one module, so a checkpoint holds all of them."""
 
-    def __init__(self, model: Transformer, n_probes: int) -> None:
+    def __init__(self, model: Transformer, n_probes: int, n_components: int = 0) -> None:
         super().__init__()
         self.model = model
         self.probes = nn.Parameter(torch.zeros(n_probes, model.d_model))
         self.loudness = Loudness(n_probes)
+        # registered only when there are some, so a run without them holds what runs always held
+        self.component_probes = nn.Parameter(torch.zeros(n_components, model.d_model)) if n_components else None
 
 
 def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
@@ -143,16 +182,9 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
     evaluator = build(with_shapes(val_set, ("padded",), step_generator(config.seed, -3))).to(device)
     if config.lean_activations:
         final, evaluator = (dataclasses.replace(e, sum_heads=True) for e in (final, evaluator))
-    targets = distractor_z = None
+    targets = distractor_z = components = None
     if config.distractors and corr.non_aligned:
-        spec = make_distractors(corr.non_aligned, d_vocab=low_config["d_vocab"], n_ctx=low_config["n_ctx"],
-                                causal=causal, seed=per_case, spread=config.distractor_spread,
-                                positions=getattr(task, "distractor_positions", "every"),
-                                profile=config.distractor_profile)
-        targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned],
-                                        train_set.tokens, train_set.mask, train_set.mask.bool(), causal=causal)
-        distractor_z = targets.standardised(train_set.tokens, train_set.mask)
-        targets = targets.to(device)
+        targets, distractor_z, components = _busy_targets(task, config, corr, low_config, train_set, per_case, device)
     non_circuit_edges = None
     if config.trains_edges:
         layout = EdgeLayout(low_config["n_layers"], low_config["n_heads"])
@@ -161,7 +193,7 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
     return Setup(high=high, low_config=low_config, corr=corr, train_set=train_set, evaluator=evaluator,
                  high_masks=selects, low_masks=corr.low_masks(), non_aligned=corr.low.mask(corr.non_aligned),
                  pairing=pairing, final_evaluator=final, vary_shapes=config.input_shapes and not causal,
-                 targets=targets, distractor_z=distractor_z, circuit_slots=circuit_slots, case_seed=per_case,
+                 targets=targets, distractor_z=distractor_z, components=components, circuit_slots=circuit_slots, case_seed=per_case,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
                  source_weight=source_length_weights(train_set.lengths, pairing),
                  non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),

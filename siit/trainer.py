@@ -32,6 +32,7 @@ import torch
 from eval.core.device import DeviceRecord, device_record
 from siit import adaptation, train_checks, train_step
 from siit.adaptation import AdaptState
+from siit.busy_components import component_name
 from siit.checkpoint import load_checkpoint, restore_training_state, save_checkpoint, training_state
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
@@ -179,9 +180,12 @@ def _start(s: Setup, config: TrainConfig, checkpoint_dir: Path | None, resume: b
     model = Transformer(s.low_config)
     gen = torch.Generator().manual_seed(config.seed)
     init_weights(model, gen, output_scale=config.init_output_scale)
-    trainee = Trainee(model, len(s.targets.distractors) if s.targets else 0)
+    trainee = Trainee(model, len(s.targets.distractors) if s.targets else 0,
+                      len(s.components.node) if s.components is not None else 0)
     with torch.no_grad():
         trainee.probes.normal_(generator=gen)
+        if trainee.component_probes is not None:  # drawn after the rest: the other draws are unchanged
+            trainee.component_probes.normal_(generator=gen)
     trainee.to(s.device)
     optimizer = Adam(trainee.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay)
     run = _Run(trainee, optimizer, adaptation.start(config), checkpoint_dir)
@@ -291,7 +295,9 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
                                       config.edge_criterion)
     val, train_seqs = set(s.final_evaluator.data.seqs), set(s.train_set.seqs)
     r2 = metrics.get("distractor_r2_per_node", {})
-    distractors = [dict(d.to_json(), r2=r2.get(d.node), target_gain=[round(float(g), 6) for g in gain])
+    distractors = [dict(d.to_json(), r2=r2.get(d.node), target_gain=[round(float(g), 6) for g in gain],
+                        **({"component_r2": [r2.get(component_name(d.node, j)) for j in range(len(d.shares))]}
+                           if d.shares else {}))
                    for d, gain in zip(s.targets.distractors if s.targets else (), run.trainee.loudness.gain)]
     return TrainResult(
         model=model, low_config=s.low_config, correspondence=s.corr, config=config, arch=arch,

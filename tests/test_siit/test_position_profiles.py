@@ -14,17 +14,9 @@ from hypothesis import strategies as st
 from eval.core.looks.activations import _participation  # the position_spread look's own ratio
 from siit.distractors import DistractorTargets, make_distractors, variances
 from siit.position_profiles import draw_profiles, profiled_spread
+from token_inputs import token_inputs
 
 NODES = [f"a{l}.h{h}" for l in range(2) for h in range(4)] + ["m0", "m1"]
-
-
-def _inputs(n: int = 4000, n_ctx: int = 6, seed: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
-    gen = torch.Generator().manual_seed(seed)
-    lengths = torch.randint(1, n_ctx, (n,), generator=gen)
-    mask = torch.arange(n_ctx)[None] <= lengths[:, None]
-    tokens = torch.randint(2, 9, (n, n_ctx), generator=gen)
-    tokens[:, 0], tokens[~mask] = 0, 1
-    return tokens, mask
 
 
 def _per_position_variance(z: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -44,7 +36,7 @@ def test_profiles_change_only_the_profile_and_leave_the_pooled_variance() -> Non
     varied = make_distractors(NODES, d_vocab=9, n_ctx=6, causal=False, seed=5, spread=2.2, profile=1.0)
     assert [dataclasses.replace(d, profile=None) for d in varied] == list(flat)
     assert "profile" in varied[0].to_json() and "profile" not in flat[0].to_json()
-    tokens, mask = _inputs()
+    tokens, mask = token_inputs()
     slots = [(0, i) for i in range(len(NODES))]
     z_flat = DistractorTargets.fit(flat, slots, tokens, mask, mask, causal=False).standardised(tokens, mask)
     z_varied = DistractorTargets.fit(varied, slots, tokens, mask, mask, causal=False).standardised(tokens, mask)

@@ -215,3 +215,5 @@ def test_model_card_says_where_a_busy_target_varies() -> None:
     assert _distractor_text({**plain, "profile": [1.0, 2.0, 0.5]}).endswith(
         "varying more at some positions than at others (its profile in training.json)")
     assert _distractor_text({**plain, "at": 3}).endswith(", at position 3 only")
+    assert _distractor_text({**plain, "component_shares": [0.5, 0.5]}) == (
+        "a random feature of the token 2 position(s) back (3 such features, each along its own direction)")

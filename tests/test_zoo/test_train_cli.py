@@ -27,6 +27,9 @@ FAST = ["--epochs", "1", "--batch-size", "64"]
     (["train", "case", "33", "--seed=-1"], "seed must be an integer in [0, 2**32 - 1]"),
     (["train", "case", "33", "--seed", str(10**20)], "seed must be an integer in [0, 2**32 - 1]"),
     (["train", "case", "33", "--lr", "inf"], "lr must be a finite number"),
+    (["train", "case", "33", "--busy-components", "5"], "--busy-components must be 1, 2, 3 or 4"),
+    (["train", "case", "33", "--busy-components", "0"], "--busy-components must be 1, 2, 3 or 4"),
+    (["train", "case", "33", "--busy-components", "2", "--no-distractors"], "cannot take --no-distractors"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path: Path, capsys) -> None:
     root = tmp_path / "root"
@@ -221,6 +224,8 @@ def test_lean_activations_take_a_no_form_and_many_case_workers_record_it() -> No
     assert "--no-strict-edges" in option_flags(parse(["train", "--cases", "13", "--no-strict-edges"]))
     assert "--no-lean-activations" in option_flags(parse(["train", "--all", "--no-lean-activations"]))
     assert option_flags(parse(["train", "--all"])) == ()
+    busy = parse(["train", "--all", "--busy-components", "3"])
+    assert option_flags(busy) == ("--busy-components", "3") and train_options(busy).config.distractor_components == 3
 
 
 def test_validation_progress_closes_the_step_bar_at_its_first_part() -> None:

@@ -40,10 +40,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help=f"Weight_SIIT (default {d['strict_weight']}; 0 trains plain IIT)")
     p.add_argument("--natural", action="store_true",
                    help="behaviour loss only: a 'natural' model with the same architecture")
-    p.add_argument("--no-distractors", action="store_true",
-                   help="plain SIIT as in InterpBench: no distractor tasks for out-of-circuit nodes and no head "
-                   "rescale (their outputs are then squashed and their circuit readable from activation size). "
-                   "Default: distractors on whenever strictness is trained")
+    _add_busy(p)
     p.add_argument("--strict-edges", action=argparse.BooleanOptionalAction, default=None,
                    help="edge-level strictness (issue 36): strictness also patches single edges outside the "
                    "circuit, training runs until each one's SIIA meets the criterion, and the entry fails unless "
@@ -75,6 +72,16 @@ def register(sub: argparse._SubParsersAction) -> None:
     add_device(p)
     _add_many(p)
     p.set_defaults(func=run_train)
+
+
+def _add_busy(p: argparse.ArgumentParser) -> None:
+    """What the out-of-circuit nodes are given to do (siit.distractors)."""
+    p.add_argument("--no-distractors", action="store_true",
+                   help="plain SIIT as in InterpBench: no distractor tasks for out-of-circuit nodes and no head "
+                   "rescale (their outputs are then squashed and their circuit readable from activation size). "
+                   "Default: distractors on whenever strictness is trained")
+    p.add_argument("--busy-components", type=int, default=None, metavar="K", help="busy nodes write 1 to K features "
+                   "each (1-4; the same computation on other token features, siit.busy_components). Default 1")
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -110,7 +117,8 @@ def _train_config(args: argparse.Namespace):
 
     kw: dict[str, Any] = {"scheme": args.scheme, "seed": args.seed}
     for flag, field in (("lr", "lr"), ("batch_size", "batch_size"), ("epochs", "epochs"), ("n_train", "n_train"),
-                        ("strict_weight", "strict_weight"), ("criterion", "criterion")):
+                        ("strict_weight", "strict_weight"), ("criterion", "criterion"),
+                        ("busy_components", "distractor_components")):
         if getattr(args, flag) is not None:
             kw[field] = getattr(args, flag)
     if args.natural:
@@ -118,6 +126,8 @@ def _train_config(args: argparse.Namespace):
             raise ZooError("--natural trains the behaviour loss only; it cannot take --strict-weight")
         kw.update(iit_weight=0.0, strict_weight=0.0)
     if args.no_distractors:
+        if args.busy_components is not None:
+            raise ZooError("--busy-components shapes the distractors; it cannot take --no-distractors")
         kw.update(distractors=False)
     if args.strict_edges is not None:
         kw.update(strict_edges=args.strict_edges)
@@ -136,7 +146,7 @@ def _arch_config(args: argparse.Namespace):
 
 
 _OPTION_FLAGS = ("scheme", "strict_weight", "natural", "no_distractors", "strict_edges", "epochs", "seed", "lr",
-                 "batch_size", "n_train", "min_d_head", "criterion", "lean_activations")
+                 "batch_size", "n_train", "min_d_head", "criterion", "lean_activations", "busy_components")
 """The training options a many-case worker's entry records as flags of its `zoo train case ID`."""
 _NEGATABLE = ("strict_edges", "lean_activations")
 """Flags with a --no- form (None: not given, the case's own default)."""
@@ -188,6 +198,8 @@ def _check_args(args: argparse.Namespace) -> None:
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise ZooError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
+    if getattr(args, "busy_components", None) not in (None, 1, 2, 3, 4):
+        raise ZooError(f"--busy-components must be 1, 2, 3 or 4, got {args.busy_components}")
 
 
 def run_train(args: argparse.Namespace) -> int:

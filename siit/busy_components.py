@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from siit.distractors import Distractor, DistractorTargets
+from siit.distractors import Distractor, DistractorTargets, readout
 
 MAX_COMPONENTS = 4
 """Most components a busy node's target has (TrainConfig.distractor_components)."""
@@ -156,6 +156,14 @@ class ComponentTargets:
     def standardised(self, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
         """[E, B, T] the components' per-position standardised raw targets of these inputs."""
         return self.parts.standardised(tokens, mask)
+
+    def extend(self, target: torch.Tensor, pred: torch.Tensor, z: torch.Tensor, scales: torch.Tensor,
+               node_out: torch.Tensor, probes: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The first components' target and readout [D, B, T] followed by the further ones' [E, B, T]:
+        from their standardised targets z [E, B, T], the first components' scales [D, B] (`targets`),
+        their nodes' outputs node_out [E, B, T, d] and probe directions [E, d]."""
+        return (torch.cat([target, self.targets(z, scales)]),
+                torch.cat([pred, readout(node_out, probes)]))
 
     def targets(self, z: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
         """[E, B, T] the components' targets from standardised ones z [E, B, T] and the first

@@ -150,10 +150,9 @@ def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges:
             pred = readout(node_outputs(acts, targets.slots), trainee.probes)
             names = [x.node for x in targets.distractors]
             if s.components is not None:  # the further components count as distractors of their own
-                further = s.components.targets(s.components.standardised(d.tokens, d.mask),
-                                               trainee.loudness.scales(targets, padded, d.tokens.shape[0]))
-                target = torch.cat([target, further])
-                pred = torch.cat([pred, readout(node_outputs(acts, s.components.slots), trainee.component_probes)])
+                target, pred = s.components.extend(target, pred, s.components.standardised(d.tokens, d.mask),
+                                                   trainee.loudness.scales(targets, padded, d.tokens.shape[0]),
+                                                   node_outputs(acts, s.components.slots), trainee.component_probes)
                 names += component_names(targets.distractors)
             r2 = r_squared(pred, target, d.label_mask)
             for shape, part in metrics.get("by_shape", {}).items():

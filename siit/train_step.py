@@ -223,11 +223,16 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         groups = shape_groups(weight, padded)
         busy, circuit = (_reads(acts, slots, config.lean_activations) for slots in (s.targets.slots, s.circuit_slots))
         trainee.loudness.update(busy(), circuit(), s.targets, groups)
-        if s.components is None:
-            target = trainee.loudness.targets(s.targets, z, padded)
-            d_loss = distractor_loss(readout(busy(), trainee.probes), target, positions)
-        else:
-            d_loss = _component_loss(trainee, s, acts, z, padded, positions, busy, config.lean_activations)
+        D = len(s.targets.distractors)  # z holds the further components' rows after these (Setup.distractor_z)
+        target = trainee.loudness.targets(s.targets, z[:D], padded)
+        # the further components' outputs are read before the first ones' readout: the order their entries
+        # were trained in (the backward sums in it)
+        parts = None if s.components is None else _reads(acts, s.components.slots, config.lean_activations)()
+        pred = readout(busy(), trainee.probes)
+        if parts is not None:  # each further component counts as one distractor (siit.busy_components)
+            target, pred = s.components.extend(target, pred, z[D:], trainee.loudness.scales(s.targets, padded, z.shape[1]),
+                                               parts, trainee.component_probes)
+        d_loss = distractor_loss(pred, target, positions)
         for term in trainee.loudness.norm_terms(busy, s.targets, groups, weight):
             d_loss = d_loss + term
         c_loss = norm_ceiling_loss(circuit(), positions, config.circuit_norm_ceiling)
@@ -245,18 +250,6 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         out["source_attention"] = float(floor.detach())
         aux = aux + floor
     return (acts if config.source_gradient else acts.detach()), aux
-
-
-def _component_loss(trainee: Trainee, s: Setup, acts: torch.Tensor, z: torch.Tensor, padded: torch.Tensor | None,
-                    positions: torch.Tensor, busy: Callable[[], torch.Tensor], lean: bool) -> torch.Tensor:
-    """The distractor loss over every component of the busy nodes' targets (siit.busy_components),
-    each counting as one distractor; z [D + E, B, T] the first components' then the further ones'."""
-    D = len(s.targets.distractors)
-    first = trainee.loudness.targets(s.targets, z[:D], padded)
-    further = s.components.targets(z[D:], trainee.loudness.scales(s.targets, padded, z.shape[1]))
-    parts = _reads(acts, s.components.slots, lean)()
-    pred = torch.cat([readout(busy(), trainee.probes), readout(parts, trainee.component_probes)])
-    return distractor_loss(pred, torch.cat([first, further]), positions)
 
 
 def _reads(acts: torch.Tensor, slots: torch.Tensor, once: bool) -> Callable[[], torch.Tensor]:

@@ -78,7 +78,11 @@ def load_checkpoint(path: Path, *, model: torch.nn.Module, optimizer: Adam,
         raise CheckpointError(f"{path}: state.json and state.safetensors come from different writes; "
                               "refusing to resume from a mixture (rerun without --resume)")
     tensors = load_file(str(state_st))
-    restore_training_state(tensors, model, optimizer, meta["optimizer_steps"])
+    try:
+        restore_training_state(tensors, model, optimizer, meta["optimizer_steps"])
+    except (RuntimeError, KeyError) as exc:  # other tensors than this run holds (a version that trained otherwise)
+        raise CheckpointError(f"{path}: the checkpoint holds other tensors than this run trains "
+                              f"({str(exc).splitlines()[0][:120]}); rerun without --resume") from None
     if extra is not None:
         extra.update({k[6:]: v for k, v in tensors.items() if k.startswith("extra.")})
     return meta

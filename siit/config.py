@@ -155,9 +155,11 @@ class TrainConfig:
     [0, this]). 0: the same variance at every position, which no circuit node has (the
     position_spread look then reads the circuit off)."""
     distractor_components: int = 1
-    """Most scalars a busy node's target has (siit.busy_components; 1 to 4): each node gets 0 to
-    this - 1 further components, each read along its probe direction of its own and counted in the
-    distractor R² like the first. 1: one scalar a node, as runs before the field existed."""
+    """Most scalars a busy node's target has (siit.busy_components; 1 to 6, a head's at most d_head):
+    each node gets up to this - 1 further components, each read along its probe direction of its own
+    and counted in the distractor R² like the first; how many it writes follows the circuit's own
+    participation ratio per type (siit.busy_ranks). 1: one scalar a node, as runs before the field
+    existed."""
     circuit_norm_ceiling: float = 2.5
     """Ceiling on the rms output norm of circuit nodes (with distractors on), inside the distractor
     range: without it SIIT makes circuit nodes louder than every distractor."""
@@ -280,8 +282,8 @@ class TrainConfig:
             raise ConfigError("distractor_spread must be a finite number >= 1 and distractor_profile one in [0, 3], "
                               f"got {self.distractor_spread} and {self.distractor_profile}")
         if isinstance(self.distractor_components, bool) or not (  # siit.busy_components.MAX_COMPONENTS
-                isinstance(self.distractor_components, int) and 1 <= self.distractor_components <= 4):
-            raise ConfigError(f"distractor_components must be an integer in [1, 4], got {self.distractor_components!r}")
+                isinstance(self.distractor_components, int) and 1 <= self.distractor_components <= 6):
+            raise ConfigError(f"distractor_components must be an integer in [1, 6], got {self.distractor_components!r}")
         if not self.circuit_norm_ceiling > 0:
             raise ConfigError(f"circuit_norm_ceiling must be > 0 (inf turns it off), got {self.circuit_norm_ceiling}")
         if self.distractor_weight < 0 or not 0 <= self.distractor_r2 <= 1:

@@ -66,16 +66,17 @@ class Distractor:
     at every position."""
     components: tuple[tuple[float, ...], ...] = ()
     """Token features of the target's further components (siit.busy_components), or (): one scalar."""
-    shares: tuple[float, ...] = ()
-    """Each further component's variance / the first's."""
+    rank_factor: float | None = None
+    """With components: the node's participation ratio / its type's circuit ratio (siit.busy_ranks),
+    which sets the components' variance shares during training; None: one scalar."""
 
     def to_json(self) -> dict[str, Any]:
         out = {"node": self.node, "kind": self.kind, "offset": self.offset,
                "variance_factor": round(self.variance_factor, 6), "offset_factor": round(self.offset_factor, 6)}
         if self.profile is not None:
             out["profile"] = [round(v, 6) for v in self.profile]
-        if self.shares:
-            out["component_shares"] = [round(v, 6) for v in self.shares]
+        if self.rank_factor is not None:
+            out["rank_factor"] = self.rank_factor
         return out if self.at is None else {**out, "at": self.at}
 
 
@@ -265,13 +266,11 @@ class DistractorTargets:
         return _z_stats(self.z_sample)
 
     @functools.cached_property
-    def _factors(self) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-        """[D] variance_factor, [D] sqrt(offset_factor) and [D] the first component's share of the
-        variance, 1 / (1 + further shares) (None: every target one scalar), on the targets' device."""
-        dev, first = self.shift.device, [1 / (1 + sum(d.shares)) for d in self.distractors]
+    def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """[D] variance_factor and [D] sqrt(offset_factor), on the targets' device."""
+        dev = self.shift.device
         return (torch.tensor([d.variance_factor for d in self.distractors], device=dev),
-                torch.tensor([d.offset_factor for d in self.distractors], device=dev).sqrt(),
-                torch.tensor(first, device=dev) if any(d.shares for d in self.distractors) else None)
+                torch.tensor([d.offset_factor for d in self.distractors], device=dev).sqrt())
 
     def wanted_norms(self, reference: torch.Tensor) -> torch.Tensor:
         """[D] mean output norm each node should have: sqrt(offset_factor) x reference[1]
@@ -290,13 +289,14 @@ class DistractorTargets:
         T = tokens.shape[1]
         return bos_quiet((raw - self.shift[:, None, :T]) / self.spread[:, None, :T], self.causal)
 
-    def scaled(self, z: torch.Tensor, references: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
+    def scaled(self, z: torch.Tensor, references: torch.Tensor, gain: torch.Tensor | None = None,
+               first: torch.Tensor | None = None) -> torch.Tensor:
         """[K, D, B, T] targets from standardised ones z [D, B, T] (`standardised`), one per
         reference of references [K, 2]: variance variance_factor x reference[0], plus the constant
         offset that makes their mean absolute value sqrt(offset_factor) x reference[1] on the
         training inputs; `gain` [D, 2] multiplies the variance and the norm (calibration: what a
-        node writes beside its target adds to both). The K offsets are solved together."""
-        scale, norm = self.scales(references, gain), self.wanted_norms(references)  # [K, D]
+        node writes beside its target adds to both); `first` as in `scales`. The K offsets are solved together."""
+        scale, norm = self.scales(references, gain, first), self.wanted_norms(references)  # [K, D]
         if gain is not None:
             norm = norm * gain[:, 1]
         K = references.shape[0]
@@ -305,11 +305,14 @@ class DistractorTargets:
                                z_stats=(median.repeat(K), abs_mean.repeat(K))).reshape(K, -1)
         return z * scale[:, :, None, None] + off[:, :, None, None]
 
-    def scales(self, references: torch.Tensor, gain: torch.Tensor | None = None) -> torch.Tensor:
-        """[K, D] standard deviation of each target at each reference of references [K, 2] (`scaled`)."""
+    def scales(self, references: torch.Tensor, gain: torch.Tensor | None = None,
+               first: torch.Tensor | None = None) -> torch.Tensor:
+        """[K, D] standard deviation of each target at each reference of references [K, 2] (`scaled`);
+        `first` [D]: each target's part of its node's variance when the node has further components
+        (siit.busy_components.ComponentTargets.first_shares), None: all of it."""
         var = self.wanted_variances(references)
-        var, first = var if gain is None else var * gain[:, 0], self._factors[2]
-        return (var if first is None else var * first).sqrt()  # the first of several (siit.busy_components)
+        var = var if gain is None else var * gain[:, 0]
+        return (var if first is None else var * first).sqrt()
 
     def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, reference: torch.Tensor,
                  gain: torch.Tensor | None = None) -> torch.Tensor:

@@ -68,7 +68,10 @@ ONE_POSITION_NOTE = (" A distractor with `at` varied at that one position only (
 """Said in training.json's realism notes of an entry whose busy heads worked at one position each."""
 COMPONENTS_NOTE = (" A distractor with component_shares computed the same function on that many further token "
                    "features (siit.busy_components), each read along a unit direction of its own, with variance "
-                   "share x the first's (the node's variance split among them) and its R² in component_r2.")
+                   "share x the first's (the node's variance split among them; a share of 0 is no feature, and "
+                   "its R² is null) and its R² in component_r2; the shares give the node a participation ratio "
+                   "of rank_factor x the circuit's own for its type, measured in training (circuit_ratios at the end; "
+                   "siit.busy_ranks).")
 """Said in training.json's realism notes of an entry whose busy nodes wrote several features each."""
 
 
@@ -97,6 +100,7 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
                                  "emphasis on lagging nodes, learning-rate restarts, budget extensions."),
         "realism": {
             "distractors": result.distractors,
+            **({"circuit_ratios": result.circuit_ratios} if result.circuit_ratios is not None else {}),
             "head_rescale": result.head_scales,
             "notes": "Each out-of-circuit node was trained to encode its distractor (a scalar function "
                      "of the input) along a learned unit direction of its own output, while strictness kept "

@@ -100,21 +100,24 @@ class Loudness(nn.Module):
         if logs:
             self.calibrate(sum(v * w for v, w in zip(logs, shares)) / sum(shares))
 
-    def targets(self, targets: DistractorTargets, z: torch.Tensor, padded: torch.Tensor | None) -> torch.Tensor:
+    def targets(self, targets: DistractorTargets, z: torch.Tensor, padded: torch.Tensor | None,
+                first: torch.Tensor | None = None) -> torch.Tensor:
         """[D, B, T] distractor targets from the standardised ones z [D, B, T]
-        (DistractorTargets.standardised), each row scaled to its shape class's reference."""
+        (DistractorTargets.standardised), each row scaled to its shape class's reference; `first`
+        [D] the first components' part of their nodes' variance (siit.busy_components), None: all."""
         if padded is None:
-            return targets.scaled(z, self.reference[None], self.gain)[0]
-        both = targets.scaled(z, torch.stack([self.reference, self.reference_unpadded]), self.gain)
+            return targets.scaled(z, self.reference[None], self.gain, first)[0]
+        both = targets.scaled(z, torch.stack([self.reference, self.reference_unpadded]), self.gain, first)
         return torch.where(padded[None, :, None], both[0], both[1])
 
-    def scales(self, targets: DistractorTargets, padded: torch.Tensor | None, rows: int) -> torch.Tensor:
+    def scales(self, targets: DistractorTargets, padded: torch.Tensor | None, rows: int,
+               first: torch.Tensor | None = None) -> torch.Tensor:
         """[D, rows] each target's standard deviation on each of `rows` rows (`targets`'s scale: its
-        shape class's reference and the node's gain); what siit.busy_components scales its
+        shape class's reference, the node's gain and `first`); what siit.busy_components scales its
         further components by."""
         if padded is None:
-            return targets.scales(self.reference[None], self.gain)[0][:, None].expand(-1, rows)
-        both = targets.scales(torch.stack([self.reference, self.reference_unpadded]), self.gain)  # [2, D]
+            return targets.scales(self.reference[None], self.gain, first)[0][:, None].expand(-1, rows)
+        both = targets.scales(torch.stack([self.reference, self.reference_unpadded]), self.gain, first)  # [2, D]
         return torch.where(padded[None, :], both[0][:, None], both[1][:, None])
 
     def norm_terms(self, busy: Callable[[], torch.Tensor], targets: DistractorTargets, groups: Groups,

@@ -146,14 +146,16 @@ def evaluate_trainee(trainee: Trainee, s: Setup, evaluator: Evaluator, *, edges:
     if targets is not None:
         with torch.no_grad():
             padded = None if d.shape_ids is None else drawn_padded(s, d.shape_ids)
-            target = trainee.loudness.targets(targets, targets.standardised(d.tokens, d.mask), padded)
+            shares, first = trainee.component_shares(s)
+            target = trainee.loudness.targets(targets, targets.standardised(d.tokens, d.mask), padded, first)
             pred = readout(node_outputs(acts, targets.slots), trainee.probes)
             names = [x.node for x in targets.distractors]
             if s.components is not None:  # the further components count as distractors of their own
                 target, pred = s.components.extend(target, pred, s.components.standardised(d.tokens, d.mask),
-                                                   trainee.loudness.scales(targets, padded, d.tokens.shape[0]),
-                                                   node_outputs(acts, s.components.slots), trainee.component_probes)
-                names += component_names(targets.distractors)
+                                                   trainee.loudness.scales(targets, padded, d.tokens.shape[0], first),
+                                                   shares, node_outputs(acts, s.components.slots), trainee.component_probes)
+                # extend leaves out the components with no share (not yet features): their R² is not judged
+                names += [n for n, v in zip(component_names(targets.distractors), shares.tolist()) if v > 0]
             r2 = r_squared(pred, target, d.label_mask)
             for shape, part in metrics.get("by_shape", {}).items():
                 rows = d.shape_ids == SHAPES.index(shape)

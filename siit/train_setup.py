@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from siit.busy_components import ComponentTargets, draw_components
+from siit.busy_ranks import RankReference
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
 from siit.data import (
@@ -56,7 +57,7 @@ class Setup:
     targets: DistractorTargets | None
     """The distractor tasks of the out-of-circuit nodes, or None."""
     circuit_slots: torch.Tensor
-    """long [C, 2]: (layer, slot) of every circuit node (for the norm ceiling)."""
+    """long [C, 2]: (layer, slot) of every circuit node (for the norm ceiling and the rank reference)."""
     case_seed: int
     """Seed of the per-case choices (siit.data.case_seed): correspondence, distractors, rescale."""
     last_position_weight: float
@@ -152,6 +153,16 @@ class Trainee(nn.Module):
         self.loudness = Loudness(n_probes)
         # registered only when there are some, so a run without them holds what runs always held
         self.component_probes = nn.Parameter(torch.zeros(n_components, model.d_model)) if n_components else None
+        self.ranks = RankReference() if n_components else None
+        """The circuit's running participation ratios, which the components' shares follow (siit.busy_ranks)."""
+
+    def component_shares(self, s: Setup) -> tuple[torch.Tensor, torch.Tensor] | tuple[None, None]:
+        """The further components' shares [E] and the first components' part of their nodes'
+        variance [D] at the circuit's held ratios (siit.busy_ranks), or (None, None)."""
+        if s.components is None or self.ranks is None:
+            return None, None
+        shares = s.components.shares(self.ranks)
+        return shares, s.components.first_shares(shares)
 
 
 def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,

@@ -223,15 +223,18 @@ def _source_run(trainee: Trainee, s: Setup, config: TrainConfig, tokens: torch.T
         groups = shape_groups(weight, padded)
         busy, circuit = (_reads(acts, slots, config.lean_activations) for slots in (s.targets.slots, s.circuit_slots))
         trainee.loudness.update(busy(), circuit(), s.targets, groups)
+        if trainee.ranks is not None:  # the components' shares follow the circuit's ratios (siit.busy_ranks)
+            trainee.ranks.track(circuit(), weight, s.circuit_slots[:, 1] == s.low_config["n_heads"])
+        shares, first = trainee.component_shares(s)
         D = len(s.targets.distractors)  # z holds the further components' rows after these (Setup.distractor_z)
-        target = trainee.loudness.targets(s.targets, z[:D], padded)
+        target = trainee.loudness.targets(s.targets, z[:D], padded, first)
         # the further components' outputs are read before the first ones' readout: the order their entries
         # were trained in (the backward sums in it)
         parts = None if s.components is None else _reads(acts, s.components.slots, config.lean_activations)()
         pred = readout(busy(), trainee.probes)
         if parts is not None:  # each further component counts as one distractor (siit.busy_components)
-            target, pred = s.components.extend(target, pred, z[D:], trainee.loudness.scales(s.targets, padded, z.shape[1]),
-                                               parts, trainee.component_probes)
+            target, pred = s.components.extend(target, pred, z[D:], trainee.loudness.scales(s.targets, padded, z.shape[1], first),
+                                               shares, parts, trainee.component_probes)
         d_loss = distractor_loss(pred, target, positions)
         for term in trainee.loudness.norm_terms(busy, s.targets, groups, weight):
             d_loss = d_loss + term

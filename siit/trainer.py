@@ -95,6 +95,9 @@ class TrainResult:
     """Weight of the last input position in the IIT and SIIT losses (the task's; 1: none)."""
     logit_template: float | None = None
     """The task's logit template margin (siit.losses.template_loss instead of cross-entropy), or None."""
+    circuit_ratios: dict[str, float] | None = None
+    """With busy components: the circuit's held participation ratios per type that their shares
+    followed at the end ({"heads": .., "mlps": ..}; siit.busy_ranks), else None."""
     device: DeviceRecord | None = None
     """Where it trained (device, its name, dtype, torch threads): float results differ by device."""
     final_evaluation: tuple[torch.Tensor, dict[str, Any]] | None = None
@@ -296,9 +299,9 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
     val, train_seqs = set(s.final_evaluator.data.seqs), set(s.train_set.seqs)
     r2 = metrics.get("distractor_r2_per_node", {})
     distractors = [dict(d.to_json(), r2=r2.get(d.node), target_gain=[round(float(g), 6) for g in gain],
-                        **({"component_r2": [r2.get(component_name(d.node, j)) for j in range(len(d.shares))]}
-                           if d.shares else {}))
-                   for d, gain in zip(s.targets.distractors if s.targets else (), run.trainee.loudness.gain)]
+                        **_components_record(d, r2, shares))
+                   for d, gain, shares in zip(s.targets.distractors if s.targets else (), run.trainee.loudness.gain,
+                                              _final_shares(run.trainee, s))]
     return TrainResult(
         model=model, low_config=s.low_config, correspondence=s.corr, config=config, arch=arch,
         metrics=metrics, history=run.history, met_criterion=met, steps=run.step, seconds=run.elapsed(),
@@ -306,6 +309,8 @@ def _finish(run: _Run, s: Setup, config: TrainConfig, arch: ArchConfig) -> Train
         train_val_overlap=sum(q in train_seqs for q in val) / len(val), distractors=distractors,
         head_scales=head_scales, case_seed=s.case_seed, adaptation=run.adapt,
         last_position_weight=s.last_position_weight, logit_template=s.logit_template,
+        circuit_ratios=None if run.trainee.ranks is None else dict(zip(("heads", "mlps"), (
+            round(float(v), 6) for v in run.trainee.ranks.held))),
         device=device_record(s.device), final_evaluation=evaluation,
     )
 
@@ -340,3 +345,22 @@ class _InterruptFlag:
     def __exit__(self, *exc: object) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
+
+
+def _final_shares(trainee: Trainee, s: Setup) -> list[list[float]]:
+    """Per busy node, its further components' variance shares at the end of training (siit.busy_ranks)."""
+    n = len(s.targets.distractors) if s.targets else 0
+    shares = trainee.component_shares(s)[0]
+    out: list[list[float]] = [[] for _ in range(n)]
+    if shares is not None:
+        for i, v in zip(s.components.node.tolist(), shares.tolist()):
+            out[i].append(round(v, 6))
+    return out
+
+
+def _components_record(d: Any, r2: dict[str, float], shares: list[float]) -> dict[str, Any]:
+    """A distractor's further components in training.json: their final shares and R² (None: a share
+    under MIN_SHARE, not judged); nothing for a one-scalar node."""
+    if not d.components:
+        return {}
+    return {"component_shares": shares, "component_r2": [r2.get(component_name(d.node, j)) for j in range(len(shares))]}

@@ -181,8 +181,9 @@ def _realism_text(validation: dict[str, Any] | None, training: dict[str, Any] | 
 def _distractor_text(d: dict[str, Any]) -> str:
     kind = d.get("kind")
     text = DISTRACTOR_TEXT[kind].format(offset=d.get("offset", "?")) if kind in DISTRACTOR_TEXT else str(kind)
-    shares = d.get("component_shares") or []
-    if shares:  # siit.busy_components: the same computation on further token features
+    # siit.busy_components: the same computation on further token features (a share under 0.1 is no feature yet)
+    shares = [v for v in d.get("component_shares") or [] if v >= 0.1]
+    if shares:
         text += f" ({len(shares) + 1} such features, each along its own direction)"
     if d.get("at") is not None:
         return f"{text}, at position {d['at']} only"

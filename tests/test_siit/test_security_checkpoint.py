@@ -142,6 +142,19 @@ def test_a_mixture_of_two_writes_is_refused(tmp_path) -> None:
     assert load_checkpoint(tmp_path / "none", model=fresh()[0], optimizer=fresh()[1]) is None
 
 
+
+def test_a_checkpoint_of_other_tensors_is_refused_in_one_line(tmp_path) -> None:
+    """A checkpoint whose tensors this run does not hold (a version that trained other buffers, e.g. busy
+    components before siit.busy_ranks) is a CheckpointError, not a traceback from load_state_dict."""
+    model, opt = state(1)
+    save_checkpoint(tmp_path / "c", model=model, optimizer=opt, meta={"step": 1})
+    other = Transformer(hooked_config(n_layers=1, d_model=8, n_heads=2, d_head=4, d_mlp=16, d_vocab=5, d_vocab_out=3,
+                                      n_ctx=4, causal=True, act_fn="gelu"))
+    other.register_buffer("extra_state", torch.zeros(2))
+    with pytest.raises(CheckpointError, match="other tensors than this run trains"):
+        load_checkpoint(tmp_path / "c", model=other, optimizer=Adam(other.parameters(), lr=1e-2, betas=(0.9, 0.9)))
+
+
 if __name__ == "__main__":
     torch.set_num_threads(1)
     print(json.dumps(kill_everywhere(Path(sys.argv[1]))))

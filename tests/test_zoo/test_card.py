@@ -217,3 +217,5 @@ def test_model_card_says_where_a_busy_target_varies() -> None:
     assert _distractor_text({**plain, "at": 3}).endswith(", at position 3 only")
     assert _distractor_text({**plain, "component_shares": [0.5, 0.5]}) == (
         "a random feature of the token 2 position(s) back (3 such features, each along its own direction)")
+    assert _distractor_text({**plain, "component_shares": [1.0, 0.05, 0.0]}).endswith(  # under 0.1: no feature yet
+        "(2 such features, each along its own direction)")

@@ -27,8 +27,8 @@ FAST = ["--epochs", "1", "--batch-size", "64"]
     (["train", "case", "33", "--seed=-1"], "seed must be an integer in [0, 2**32 - 1]"),
     (["train", "case", "33", "--seed", str(10**20)], "seed must be an integer in [0, 2**32 - 1]"),
     (["train", "case", "33", "--lr", "inf"], "lr must be a finite number"),
-    (["train", "case", "33", "--busy-components", "5"], "--busy-components must be 1, 2, 3 or 4"),
-    (["train", "case", "33", "--busy-components", "0"], "--busy-components must be 1, 2, 3 or 4"),
+    (["train", "case", "33", "--busy-components", "7"], "--busy-components must be an integer from 1 to 6"),
+    (["train", "case", "33", "--busy-components", "0"], "--busy-components must be an integer from 1 to 6"),
     (["train", "case", "33", "--busy-components", "2", "--no-distractors"], "cannot take --no-distractors"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path: Path, capsys) -> None:

@@ -80,8 +80,9 @@ def _add_busy(p: argparse.ArgumentParser) -> None:
                    help="plain SIIT as in InterpBench: no distractor tasks for out-of-circuit nodes and no head "
                    "rescale (their outputs are then squashed and their circuit readable from activation size). "
                    "Default: distractors on whenever strictness is trained")
-    p.add_argument("--busy-components", type=int, default=None, metavar="K", help="busy nodes write 1 to K features "
-                   "each (1-4; the same computation on other token features, siit.busy_components). Default 1")
+    p.add_argument("--busy-components", type=int, default=None, metavar="K", help="busy nodes write up to K features "
+                   "each (1-6; the same computation on other token features, as many directions as the circuit's "
+                   "own nodes of their type write, x 1/2 to 2; siit.busy_components). Default 1")
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -198,8 +199,8 @@ def _check_args(args: argparse.Namespace) -> None:
         value = getattr(args, flag, None)
         if value is not None and value < 1:
             raise ZooError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
-    if getattr(args, "busy_components", None) not in (None, 1, 2, 3, 4):
-        raise ZooError(f"--busy-components must be 1, 2, 3 or 4, got {args.busy_components}")
+    if getattr(args, "busy_components", None) not in (None, *range(1, 7)):
+        raise ZooError(f"--busy-components must be an integer from 1 to 6, got {args.busy_components}")
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -11,7 +11,7 @@ unchanged: the same weights as without the benchmark. --by-source lists which li
 dispatch the most operators (the profiler's Python stacks; slower).
 
 Usage: python tests/benchmarks/bench_step_profile.py [--case 33] [--skip 20] [--steps 40] [--top 15]
-[--by-source] (with --by-source the profiled steps' own figure includes the stacks' cost; the bare one does not)
+[--by-source] [--busy-components K] (with --by-source the profiled steps' own figure includes the stacks' cost; the bare one does not)
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ def main(argv: list[str] | None = None) -> dict:
     ap.add_argument("--steps", type=int, default=40, help="profiled steps, then as many timed bare")
     ap.add_argument("--top", type=int, default=15, help="operators to list")
     ap.add_argument("--by-source", action="store_true", help="also count operators per line of the project")
+    ap.add_argument("--busy-components", type=int, default=1, metavar="K",
+                    help="zoo train's --busy-components (1: the default, one scalar a busy node)")
     args = ap.parse_args(argv)
 
     import torch
@@ -80,7 +82,8 @@ def main(argv: list[str] | None = None) -> dict:
     saved = sys.stdout
     sys.stdout = open(os.devnull, "w")  # the CLI's --json summary; this benchmark prints its own
     try:
-        code = zoo_main(["train", "case", args.case, "--root", root, "--json", "--threads", "1"])
+        busy = ["--busy-components", str(args.busy_components)] if args.busy_components != 1 else []
+        code = zoo_main(["train", "case", args.case, "--root", root, "--json", "--threads", "1", *busy])
     finally:
         sys.stdout.close()
         sys.stdout = saved
@@ -93,7 +96,7 @@ def main(argv: list[str] | None = None) -> dict:
     calls = sum(e.count for e in events)
     top = sorted(events, key=lambda e: e.self_cpu_time_total, reverse=True)[: args.top]
     result = {
-        "case": args.case, "exit": code, "torch": torch.__version__, "threads": torch.get_num_threads(),
+        "case": args.case, "busy_components": args.busy_components, "exit": code, "torch": torch.__version__, "threads": torch.get_num_threads(),
         "steps_trained": state["n"], "profiled_steps": [lo, mid], "bare_steps": [mid, hi],
         "step_ms_median_bare": round(1e3 * statistics.median(state["bare"]), 3),
         "step_ms_profiled": round(total_us / 1e3 / args.steps, 3),

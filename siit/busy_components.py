@@ -112,8 +112,9 @@ def component_names(distractors: Sequence[Distractor]) -> list[str]:
 
 def as_distractors(d: Distractor) -> tuple[Distractor, ...]:
     """d's further components, each as a one-scalar distractor of its own (d's kind, offset, position,
-    profile; its own feature)."""
-    return tuple(dataclasses.replace(d, feature=f, components=(), rank_factor=None) for f in d.components)
+    profile; its own feature, read from the token even where d reads other nodes: siit.busy_reads)."""
+    return tuple(dataclasses.replace(d, feature=f, components=(), rank_factor=None, reads=(), read_weights=())
+                 for f in d.components)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -160,6 +160,12 @@ class TrainConfig:
     and counted in the distractor R² like the first; how many it writes follows the circuit's own
     participation ratio per type (siit.busy_ranks). 1: one scalar a node, as runs before the field
     existed."""
+    distractor_reads: int = 0
+    """Most earlier busy heads a busy node reads (siit.busy_reads; 0 to 3): a busy MLP's target is then
+    a nonlinear function of what they compute (their targets' weighted sum, less a position code, in
+    absolute value), a copying head's their running means from `offset` back, which only their outputs
+    carry, so later components read the busy heads' work. 0: every busy node computes on tokens, as
+    runs before the field existed."""
     circuit_norm_ceiling: float = 2.5
     """Ceiling on the rms output norm of circuit nodes (with distractors on), inside the distractor
     range: without it SIIT makes circuit nodes louder than every distractor."""
@@ -284,6 +290,9 @@ class TrainConfig:
         if isinstance(self.distractor_components, bool) or not (  # siit.busy_components.MAX_COMPONENTS
                 isinstance(self.distractor_components, int) and 1 <= self.distractor_components <= 6):
             raise ConfigError(f"distractor_components must be an integer in [1, 6], got {self.distractor_components!r}")
+        if isinstance(self.distractor_reads, bool) or not (  # siit.busy_reads.MAX_READS
+                isinstance(self.distractor_reads, int) and 0 <= self.distractor_reads <= 3):
+            raise ConfigError(f"distractor_reads must be an integer in [0, 3], got {self.distractor_reads!r}")
         if not self.circuit_norm_ceiling > 0:
             raise ConfigError(f"circuit_norm_ceiling must be > 0 (inf turns it off), got {self.circuit_norm_ceiling}")
         if self.distractor_weight < 0 or not 0 <= self.distractor_r2 <= 1:
@@ -300,4 +309,6 @@ class TrainConfig:
             del data["distractor_profile"]
         if self.distractor_components == 1:  # one scalar a node: as runs before the field existed
             del data["distractor_components"]
+        if self.distractor_reads == 0:  # MLPs read their token: as runs before the field existed
+            del data["distractor_reads"]
         return data

@@ -31,6 +31,7 @@ import numpy as np
 import torch
 
 from siit.position_profiles import draw_profiles, one_position_spread, profiled_spread, varying_positions
+from siit.target_offsets import offsets_for_norm, row_stats
 
 DistractorKind = Literal["previous_token", "running_mean", "input_mean", "token_position"]
 
@@ -69,6 +70,17 @@ class Distractor:
     rank_factor: float | None = None
     """With components: the node's participation ratio / its type's circuit ratio (siit.busy_ranks),
     which sets the components' variance shares during training; None: one scalar."""
+    reads: tuple[Distractor, ...] = ()
+    """token_position and previous_token only: the earlier busy heads whose targets this node reads
+    (siit.busy_reads) in place of its token feature, or (): it reads the token."""
+    read_weights: tuple[float, ...] = ()
+    """One weight per `reads`: the node's feature is the weighted sum of their raw targets."""
+
+    def __post_init__(self) -> None:
+        if len(self.reads) != len(self.read_weights):
+            raise ValueError(f"{self.node}: {len(self.reads)} reads but {len(self.read_weights)} weights")
+        if self.reads and self.kind not in ("token_position", "previous_token"):
+            raise ValueError(f"{self.node}: a {self.kind} target reads no other node (siit.busy_reads)")
 
     def to_json(self) -> dict[str, Any]:
         out = {"node": self.node, "kind": self.kind, "offset": self.offset,
@@ -77,6 +89,9 @@ class Distractor:
             out["profile"] = [round(v, 6) for v in self.profile]
         if self.rank_factor is not None:
             out["rank_factor"] = self.rank_factor
+        if self.reads:
+            out["reads"] = [r.node for r in self.reads]
+            out["read_weights"] = [round(w, 6) for w in self.read_weights]
         return out if self.at is None else {**out, "at": self.at}
 
 
@@ -152,7 +167,10 @@ def raw_targets(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torc
 
 
 def _raw_everywhere(d: Distractor, tokens: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    feat = torch.tensor(d.feature, dtype=torch.float32, device=tokens.device)[tokens]  # [B, T]
+    if d.reads:  # what the earlier busy heads computed, here: only their outputs carry it (siit.busy_reads)
+        feat = sum(w * raw_targets(r, tokens, mask) for r, w in zip(d.reads, d.read_weights))
+    else:
+        feat = torch.tensor(d.feature, dtype=torch.float32, device=tokens.device)[tokens]  # [B, T]
     real = mask.to(torch.float32)
     if d.kind == "previous_token":  # positions that have no input token `offset` back read the first one
         src = (torch.arange(tokens.shape[1], device=tokens.device) - d.offset).clamp(min=1)
@@ -182,37 +200,6 @@ def bos_quiet(z: torch.Tensor, causal: bool) -> torch.Tensor:
 
 Z_SAMPLE = 4096
 """Standardised target values kept per distractor to solve its offset on."""
-
-
-def offsets_for_norm(z: torch.Tensor, scale: torch.Tensor, norm: torch.Tensor, iters: int = 40, *,
-                     z_stats: tuple[torch.Tensor, torch.Tensor] | None = None) -> torch.Tensor:
-    """[D] offsets o with mean |o + scale z| = norm over each row of z [D, N] (scale, norm [D]).
-
-    mean |o + scale z| is convex in o with its minimum at o* = -scale median(z) and grows without
-    bound above it, so bisection on [o*, o* + norm + scale mean|z| + |o*|] finds the root; a norm
-    below the minimum gets o* (the quietest the target can be at that variance). z_stats: z's
-    (median, mean |z|) per row when the caller keeps them (z is fixed over training)."""
-    if z.numel() == 0:
-        return norm.clone()
-    median, abs_mean = z_stats if z_stats is not None else _z_stats(z)
-    lo = -scale * median
-    hi = lo + lo.abs() + norm + scale * abs_mean + 1e-6
-    scaled = scale[:, None] * z  # the same every iteration: computed once
-    for _ in range(iters):
-        mid = (lo + hi) / 2
-        above = (mid[:, None] + scaled).abs().mean(1) > norm
-        new_hi, new_lo = torch.where(above, mid, hi), torch.where(above, lo, mid)
-        # a fixed point (float32 cannot split any interval further) repeats itself: stopping
-        # there returns what the remaining iterations would (about 25 of 40 run)
-        if torch.equal(new_hi, hi) and torch.equal(new_lo, lo):
-            break
-        hi, lo = new_hi, new_lo
-    return (lo + hi) / 2
-
-
-def _z_stats(z: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """[D] median and [D] mean |z| of each row of z [D, N]."""
-    return z.median(dim=1).values, z.abs().mean(1)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -263,7 +250,7 @@ class DistractorTargets:
     @functools.cached_property
     def z_stats(self) -> tuple[torch.Tensor, torch.Tensor]:
         """z_sample's per-row median and mean |z|: fixed, so computed once, not every step."""
-        return _z_stats(self.z_sample)
+        return row_stats(self.z_sample)
 
     @functools.cached_property
     def _factors(self) -> tuple[torch.Tensor, torch.Tensor]:

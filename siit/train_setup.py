@@ -12,6 +12,7 @@ import torch
 from torch import nn
 
 from siit.busy_components import ComponentTargets, draw_components
+from siit.busy_reads import draw_reads
 from siit.busy_ranks import RankReference
 from siit.config import ArchConfig, ConfigError, TrainConfig
 from siit.correspondence import Correspondence
@@ -110,6 +111,7 @@ def _busy_targets(task: Any, config: TrainConfig, corr: Correspondence, low_conf
                             profile=config.distractor_profile)
     spec = draw_components(spec, config.distractor_components, _token_weight(train_set, low_config["d_vocab"]),
                            per_case, low_config["d_head"])
+    spec = draw_reads(spec, config.distractor_reads, per_case)
     tokens, mask = train_set.tokens, train_set.mask
     targets = DistractorTargets.fit(spec, [corr.low.slot(n) for n in corr.non_aligned], tokens, mask, mask.bool(),
                                     causal=causal)

@@ -181,6 +181,10 @@ def _realism_text(validation: dict[str, Any] | None, training: dict[str, Any] | 
 def _distractor_text(d: dict[str, Any]) -> str:
     kind = d.get("kind")
     text = DISTRACTOR_TEXT[kind].format(offset=d.get("offset", "?")) if kind in DISTRACTOR_TEXT else str(kind)
+    if d.get("reads"):  # siit.busy_reads: the feature is what earlier busy heads compute, read from their outputs
+        what = f"a weighted sum of what {', '.join(f'`{n}`' for n in d['reads'])} compute (read from their outputs)"
+        text = (f"the absolute difference of a random position code and {what}" if kind == "token_position"
+                else f"{what}, {d.get('offset', '?')} position(s) back")
     # siit.busy_components: the same computation on further token features (a share under 0.1 is no feature yet)
     shares = [v for v in d.get("component_shares") or [] if v >= 0.1]
     if shares:

@@ -16,8 +16,9 @@ from eval.core.node_heuristics import NodeStats, activation_stats, heuristic_aur
 from eval.core.tlens import hooked_config
 from siit.correspondence import NodeLayout
 from siit.distractors import (Distractor, DistractorTargets, loudness, make_distractors, node_outputs,
-                              offsets_for_norm, r_squared, raw_targets, readout, stratified)
+                              r_squared, raw_targets, readout, stratified)
 from siit.reparametrize import rescale_heads
+from siit.target_offsets import offsets_for_norm
 from siit.initialise import init_weights
 from siit.transformer import Transformer
 

@@ -219,3 +219,8 @@ def test_model_card_says_where_a_busy_target_varies() -> None:
         "a random feature of the token 2 position(s) back (3 such features, each along its own direction)")
     assert _distractor_text({**plain, "component_shares": [1.0, 0.05, 0.0]}).endswith(  # under 0.1: no feature yet
         "(2 such features, each along its own direction)")
+    reader = {"kind": "token_position", "offset": 0, "reads": ["a0.h3", "a1.h2"], "read_weights": [0.5, -0.5]}
+    assert _distractor_text(reader) == ("the absolute difference of a random position code and a weighted sum of what "
+                                        "`a0.h3`, `a1.h2` compute (read from their outputs)")
+    assert _distractor_text({**plain, "reads": ["a0.h0"], "read_weights": [1.0]}) == (
+        "a weighted sum of what `a0.h0` compute (read from their outputs), 2 position(s) back")

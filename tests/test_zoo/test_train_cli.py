@@ -30,6 +30,9 @@ FAST = ["--epochs", "1", "--batch-size", "64"]
     (["train", "case", "33", "--busy-components", "7"], "--busy-components must be an integer from 1 to 6"),
     (["train", "case", "33", "--busy-components", "0"], "--busy-components must be an integer from 1 to 6"),
     (["train", "case", "33", "--busy-components", "2", "--no-distractors"], "cannot take --no-distractors"),
+    (["train", "case", "33", "--busy-reads", "4"], "--busy-reads must be an integer from 0 to 3"),
+    (["train", "case", "33", "--busy-reads", "-1"], "--busy-reads must be an integer from 0 to 3"),
+    (["train", "case", "33", "--busy-reads", "1", "--no-distractors"], "--busy-reads shapes the distractors"),
 ])
 def test_bad_input_exits_2_with_one_line_and_writes_nothing(argv, needle, tmp_path: Path, capsys) -> None:
     root = tmp_path / "root"
@@ -226,6 +229,8 @@ def test_lean_activations_take_a_no_form_and_many_case_workers_record_it() -> No
     assert option_flags(parse(["train", "--all"])) == ()
     busy = parse(["train", "--all", "--busy-components", "3"])
     assert option_flags(busy) == ("--busy-components", "3") and train_options(busy).config.distractor_components == 3
+    reads = parse(["train", "--all", "--busy-reads", "2"])
+    assert option_flags(reads) == ("--busy-reads", "2") and train_options(reads).config.distractor_reads == 2
 
 
 def test_validation_progress_closes_the_step_bar_at_its_first_part() -> None:

@@ -83,6 +83,10 @@ def _add_busy(p: argparse.ArgumentParser) -> None:
     p.add_argument("--busy-components", type=int, default=None, metavar="K", help="busy nodes write up to K features "
                    "each (1-6; the same computation on other token features, as many directions as the circuit's "
                    "own nodes of their type write, x 1/2 to 2; siit.busy_components). Default 1")
+    p.add_argument("--busy-reads", type=int, default=None, metavar="N", help="busy nodes read up to N earlier busy "
+                   "heads (0-3): an MLP computes on what they compute, a head copies their running means from "
+                   "positions back, so later components use the busy heads' work (siit.busy_reads). Default 0: "
+                   "every busy node computes on tokens")
 
 
 def _add_output(p: argparse.ArgumentParser) -> None:
@@ -119,7 +123,7 @@ def _train_config(args: argparse.Namespace):
     kw: dict[str, Any] = {"scheme": args.scheme, "seed": args.seed}
     for flag, field in (("lr", "lr"), ("batch_size", "batch_size"), ("epochs", "epochs"), ("n_train", "n_train"),
                         ("strict_weight", "strict_weight"), ("criterion", "criterion"),
-                        ("busy_components", "distractor_components")):
+                        ("busy_components", "distractor_components"), ("busy_reads", "distractor_reads")):
         if getattr(args, flag) is not None:
             kw[field] = getattr(args, flag)
     if args.natural:
@@ -127,8 +131,9 @@ def _train_config(args: argparse.Namespace):
             raise ZooError("--natural trains the behaviour loss only; it cannot take --strict-weight")
         kw.update(iit_weight=0.0, strict_weight=0.0)
     if args.no_distractors:
-        if args.busy_components is not None:
-            raise ZooError("--busy-components shapes the distractors; it cannot take --no-distractors")
+        for flag in ("busy_components", "busy_reads"):
+            if getattr(args, flag) is not None:
+                raise ZooError(f"--{flag.replace('_', '-')} shapes the distractors; it cannot take --no-distractors")
         kw.update(distractors=False)
     if args.strict_edges is not None:
         kw.update(strict_edges=args.strict_edges)
@@ -147,7 +152,8 @@ def _arch_config(args: argparse.Namespace):
 
 
 _OPTION_FLAGS = ("scheme", "strict_weight", "natural", "no_distractors", "strict_edges", "epochs", "seed", "lr",
-                 "batch_size", "n_train", "min_d_head", "criterion", "lean_activations", "busy_components")
+                 "batch_size", "n_train", "min_d_head", "criterion", "lean_activations", "busy_components",
+                 "busy_reads")
 """The training options a many-case worker's entry records as flags of its `zoo train case ID`."""
 _NEGATABLE = ("strict_edges", "lean_activations")
 """Flags with a --no- form (None: not given, the case's own default)."""
@@ -201,6 +207,8 @@ def _check_args(args: argparse.Namespace) -> None:
             raise ZooError(f"--{flag.replace('_', '-')} must be >= 1, got {value}")
     if getattr(args, "busy_components", None) not in (None, *range(1, 7)):
         raise ZooError(f"--busy-components must be an integer from 1 to 6, got {args.busy_components}")
+    if getattr(args, "busy_reads", None) not in (None, *range(0, 4)):
+        raise ZooError(f"--busy-reads must be an integer from 0 to 3, got {args.busy_reads}")
 
 
 def run_train(args: argparse.Namespace) -> int:

@@ -21,7 +21,10 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
+from eval.core.circuit import parse_node
+from siit.correspondence import NodeLayout
 from siit.distractors import Distractor
+from siit.interventions import node_activations
 from siit.transformer import Patch, Transformer
 
 MAX_READS = 3
@@ -30,7 +33,7 @@ MAX_READS = 3
 
 def layer_of(node: str) -> int:
     """The block of a low-level node a{l}.h{h} or m{l}."""
-    return int(node[1:].split(".")[0])
+    return parse_node(node).layer
 
 
 MEAN_KINDS = ("running_mean",)
@@ -88,31 +91,26 @@ def _with_reads(d: Distractor, pool: list[Distractor], reads: int, read_by: dict
     return dataclasses.replace(d, reads=chosen, read_weights=tuple(float(s) / len(chosen) for s in signs))
 
 
-def slot_of(node: str, n_heads: int) -> tuple[int, int]:
-    """(layer, slot) of a{l}.h{h} (slot h) or m{l} (slot n_heads) in the stacked node activations."""
-    return layer_of(node), n_heads if node.startswith("m") else int(node.split(".h")[1])
-
-
-def read_effect(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, reader: tuple[int, int],
-                z: torch.Tensor, resampled: Sequence[tuple[int, int]], seed: int = 0) -> float:
-    """How much the node `reader` (layer, slot) uses the nodes (layer, slot) in `resampled`: the mean
-    squared change of the least-squares readout of its output onto its standardised target z [B, T]
-    when those nodes take another row's outputs (rows permuted with `seed`), over z's variance, at
-    input positions (tokens, mask [B, T]). 2 for a node whose target those nodes alone determine and
-    which reads them exactly (the readout of an independent copy of its target); near 0 for one that
-    does not read them."""
+def read_effect(model: Transformer, tokens: torch.Tensor, mask: torch.Tensor, reader: str, z: torch.Tensor,
+                resampled: Sequence[str], seed: int = 0) -> float:
+    """How much the node `reader` uses the nodes `resampled`: the mean squared change of the
+    least-squares readout of its output onto its standardised target z [B, T] when those nodes take
+    another row's outputs (rows permuted with `seed`), over z's variance, at input positions (tokens,
+    mask [B, T]). 2 for a node whose target those nodes alone determine and which reads them exactly
+    (the readout of an independent copy of its target); near 0 for one that does not read them."""
     real = mask.bool().clone()
     real[:, 0] = False  # BOS: a causal target is constant there
-    layer, slot = reader
+    layout = NodeLayout(model.n_layers, model.n_heads)
+    layer, slot = layout.slot(reader)
+    acts = node_activations(model, tokens, mask)
+    ones = torch.ones(int(real.sum()), 1, dtype=torch.float64)
+    x = torch.cat([acts[layer, :, :, slot][real].double(), ones], 1)  # [P, d + 1]
+    coef = torch.linalg.lstsq(x, z[real].double()[:, None]).solution
+    which = torch.zeros(tokens.shape[0], model.n_layers, model.n_heads + 1, dtype=torch.bool)
+    for node in resampled:
+        which[(slice(None), *layout.slot(node))] = True
+    perm = torch.randperm(tokens.shape[0], generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
-        _, acts = model(tokens, mask, return_acts=True)
-        ones = torch.ones(int(real.sum()), 1, dtype=torch.float64)
-        x = torch.cat([acts[layer, :, :, slot][real].double(), ones], 1)  # [P, d + 1]
-        coef = torch.linalg.lstsq(x, z[real].double()[:, None]).solution
-        which = torch.zeros(tokens.shape[0], model.n_layers, model.n_heads + 1, dtype=torch.bool)
-        for l, s in resampled:
-            which[:, l, s] = True
-        perm = torch.randperm(tokens.shape[0], generator=torch.Generator().manual_seed(seed))
         _, patched = model(tokens, mask, Patch(mask=which, values=acts[:, perm]), return_acts=True)
-        xp = torch.cat([patched[layer, :, :, slot][real].double(), ones], 1)
-        return float(((xp - x) @ coef).pow(2).mean() / z[real].double().var())
+    xp = torch.cat([patched[layer, :, :, slot][real].double(), ones], 1)
+    return float(((xp - x) @ coef).pow(2).mean() / z[real].double().var())

@@ -309,6 +309,6 @@ class TrainConfig:
             del data["distractor_profile"]
         if self.distractor_components == 1:  # one scalar a node: as runs before the field existed
             del data["distractor_components"]
-        if self.distractor_reads == 0:  # MLPs read their token: as runs before the field existed
+        if self.distractor_reads == 0:  # busy nodes compute on tokens: as runs before the field existed
             del data["distractor_reads"]
         return data

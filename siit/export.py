@@ -143,7 +143,7 @@ def config_from_training_json(training: dict[str, Any]) -> tuple[TrainConfig, Ar
     cfg.setdefault("distractor_profile", 0.0)  # absent: flat targets (TrainConfig.to_json)
     cfg.setdefault("busy_attention", False)  # absent: trained before it existed
     cfg.setdefault("distractor_components", 1)  # absent: one scalar a busy node
-    cfg.setdefault("distractor_reads", 0)  # absent: busy MLPs read their token
+    cfg.setdefault("distractor_reads", 0)  # absent: busy nodes compute on tokens
     return TrainConfig(**cfg), ArchConfig(**training["arch"]["overrides"])
 
 

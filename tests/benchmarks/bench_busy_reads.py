@@ -27,7 +27,7 @@ def entry_reads(root: Path, ident: str, reads: int, n: int, seed: int) -> list[d
     import torch
 
     from rasp_programs.compile import compile_case
-    from siit.busy_reads import layer_of, read_effect, slot_of
+    from siit.busy_reads import layer_of, read_effect
     from siit.export import config_from_training_json
     from siit.train_setup import prepare
     from siit.transformer import Transformer
@@ -51,13 +51,11 @@ def entry_reads(root: Path, ident: str, reads: int, n: int, seed: int) -> list[d
     model = Transformer.from_state_dict(entry.config, entry.state_dict)
     tokens, mask = entry.encoding.encode(case.sample(n, seed))
     z_all = targets.standardised(tokens, mask)
-    n_heads = int(entry.config["n_heads"])
     rows = []
     for i, d in enumerate(drawn.distractors):
         if not d.reads:
             continue
-        effect = lambda nodes: round(read_effect(model, tokens, mask, slot_of(d.node, n_heads), z_all[i],  # noqa: E731
-                                                 [slot_of(x, n_heads) for x in nodes], seed), 4)
+        effect = lambda nodes: round(read_effect(model, tokens, mask, d.node, z_all[i], nodes, seed), 4)  # noqa: E731
         read = [r.node for r in d.reads]
         before = (lambda n: layer_of(n) <= layer_of(d.node)) if d.node.startswith("m") else (  # noqa: E731
             lambda n: layer_of(n) < layer_of(d.node))  # the heads that write before the reader reads

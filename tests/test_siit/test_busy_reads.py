@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from siit.busy_components import as_distractors, draw_components
-from siit.busy_reads import MAX_READS, draw_reads, layer_of, read_effect, slot_of
+from siit.busy_reads import MAX_READS, draw_reads, layer_of, read_effect
 from siit.config import ConfigError, TrainConfig
 from siit.distractors import make_distractors, raw_targets
 from siit.export import config_from_training_json
@@ -146,13 +146,12 @@ def test_a_trained_model_s_readers_use_the_heads_they_read(compiled) -> None:
     targets = prepare(compiled("33"), config).targets
     readers = [(i, x) for i, x in enumerate(targets.distractors) if x.reads]
     assert {x.kind for _, x in readers} == {"token_position", "previous_token"}  # m1 and heads of block 1
-    d, n_heads = result.evaluator.data, result.low_config["n_heads"]
+    d = result.evaluator.data
     z = targets.standardised(d.tokens, d.mask)
     heads = [x.node for x in targets.distractors if x.node.startswith("a")]
     for i, x in readers:
         assert recorded[x.node]["reads"] == [r.node for r in x.reads] and recorded[x.node]["r2"] >= 0.9
-        effect = lambda nodes: read_effect(result.model, d.tokens, d.mask, slot_of(x.node, n_heads), z[i],  # noqa: E731
-                                           [slot_of(n, n_heads) for n in nodes])
+        effect = lambda nodes: read_effect(result.model, d.tokens, d.mask, x.node, z[i], nodes)  # noqa: E731
         read = [r.node for r in x.reads]
         others = [n for n in heads if n not in read and layer_of(n) < layer_of(x.node) + x.node.startswith("m")]
         if x.kind == "token_position":

@@ -144,6 +144,7 @@ def config_from_training_json(training: dict[str, Any]) -> tuple[TrainConfig, Ar
     cfg.setdefault("busy_attention", False)  # absent: trained before it existed
     cfg.setdefault("distractor_components", 1)  # absent: one scalar a busy node
     cfg.setdefault("distractor_reads", 0)  # absent: busy nodes compute on tokens
+    cfg.setdefault("regression_hinge", 0.0)  # absent: plain MSE on regression outputs
     return TrainConfig(**cfg), ArchConfig(**training["arch"]["overrides"])
 
 

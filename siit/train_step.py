@@ -110,8 +110,8 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
         logits, _ = model(stacked[0], stacked[1], patch, present=stacked[2], sum_heads=config.lean_activations)
         total = aux
         for i, part in enumerate(group):
-            loss = _loss(s, logits[i * B : (i + 1) * B], _pick(targets[part], rows[part]), _pick(lm, rows[part]), task,
-                         _pick(position_weight[part], rows[part])) * weights[part]
+            loss = _loss(s, config, logits[i * B : (i + 1) * B], _pick(targets[part], rows[part]),
+                         _pick(lm, rows[part]), task, _pick(position_weight[part], rows[part])) * weights[part]
             out[part] = float(loss.detach())
             total = total + loss
         optimizer.zero_grad()
@@ -139,11 +139,13 @@ def _iit_draws(s: Setup, tokens: torch.Tensor, mask: torch.Tensor, sources: torc
     return view, target, s.low_masks[choice]
 
 
-def _loss(s: Setup, logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor, task: str,
-          weight: torch.Tensor | None) -> torch.Tensor:
-    """One part's loss: cross-entropy (or MSE), or the task's logit template (siit.losses.template_loss)."""
+def _loss(s: Setup, config: TrainConfig, logits: torch.Tensor, targets: torch.Tensor, label_mask: torch.Tensor,
+          task: str, weight: torch.Tensor | None) -> torch.Tensor:
+    """One part's loss: cross-entropy (or the hinged squared error of regression), or the task's logit
+    template (siit.losses.template_loss)."""
     if s.logit_template is None:
-        return output_loss(logits, targets, label_mask, task, weight)
+        hinge = (config.regression_hinge, config.regression_tolerance / 2)
+        return output_loss(logits, targets, label_mask, task, weight, hinge)
     return template_loss(logits, targets, label_mask, s.logit_template, weight)
 
 

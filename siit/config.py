@@ -75,8 +75,8 @@ class TrainConfig:
     SIIT, whose edge labels validation.json's edge_effects then only reports."""
     edge_criterion: float = 0.999
     """With strict_edges: every non-circuit edge's SIIA on the validation bases (counterfactuals
-    of any length) must reach this, not `criterion`. The entry's gate is exact edge patching on
-    fresh inputs at 0.01 (zoo.edge_exactness). On case 3, 1.0 left its last edge 1-2 positions of
+    of any length, in each input shape apart) must reach this, not `criterion`. The entry's gate is
+    exact edge patching on fresh inputs at 0.01 (zoo.edge_exactness). On case 3, 1.0 left its last edge 1-2 positions of
     1543 short for thousands of steps, and 0.995 passed training but failed the gate at 0.012;
     0.999 met both (0.0013)."""
     iit_weight: float = 1.0

@@ -148,6 +148,24 @@ def test_edges_are_judged_against_their_own_floor() -> None:
     assert not meets_criterion({**m, "edge_siia_min": float("nan")}, judged, 1.0, edge_criterion=0.999)
 
 
+def test_an_edge_is_judged_in_each_input_shape_apart() -> None:
+    """Evaluator._lowest_by_shape: an edge that moves the rows of one shape only scores that shape's SIIA, not
+    the pooled one (case 18's a0.h0->m1 met 0.999 pooled at 0.9994 and failed the per-shape gate);
+    one shape, or none recorded, is the pooled fraction; counts over labelled positions only."""
+    from siit.metrics import Evaluator
+
+    lm = torch.ones(6, 5, dtype=torch.bool)
+    lm[:, 0] = False  # BOS
+    hits = torch.tensor([[4, 4, 4, 4, 4, 4], [4, 4, 4, 4, 3, 2]])  # edge 1 misses 3 of shape 2's 8 positions
+    by_shape = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=torch.tensor([0, 0, 1, 1, 2, 2])))
+    got = Evaluator._lowest_by_shape(by_shape, hits)
+    assert torch.allclose(got, torch.tensor([1.0, 5 / 8]))
+    pooled = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=None))
+    assert torch.allclose(Evaluator._lowest_by_shape(pooled, hits), torch.tensor([1.0, 21 / 24]))
+    one = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=torch.zeros(6, dtype=torch.long)))
+    assert torch.equal(Evaluator._lowest_by_shape(one, hits), Evaluator._lowest_by_shape(pooled, hits))
+
+
 def test_half_rows_patch_at_most_many_edges_on_average() -> None:
     from siit.edges import MANY_EDGES, sample_edges
 

@@ -152,7 +152,7 @@ class Evaluator:
             return self._lean_edge_siia(model, edges, acts, embedding)
         with torch.no_grad():
             source_acts, source_embed = acts[:, cf], embedding[cf]
-        lm, hits = d.label_mask, []
+        lm, hits, shape = d.label_mask, [], self._shape_onehot()
         per_chunk = max(1, rows_per_pass(model, d.tokens.shape[1]) // n)
         with torch.no_grad():
             for start in range(0, E, per_chunk):
@@ -167,8 +167,8 @@ class Evaluator:
                 logits = model(repeat_rows(d.tokens, g), repeat_rows(d.mask, g), patch, present=present)[0]
                 preds = predictions(logits, self.task_kind).reshape(g, n, -1)
                 ok = agree(preds, d.labels[None], self.task_kind, self.tolerance)
-                hits.append((ok & lm).sum(dim=2))  # [g, n] labelled positions left right, per row
-        return self._lowest_by_shape(torch.cat(hits) if hits else torch.zeros(0, n, device=lm.device))
+                hits.append((ok & lm).sum(dim=2).float() @ shape)  # [g, K] labelled positions left right
+        return self._lowest_by_shape(torch.cat(hits) if hits else torch.zeros(0, shape.shape[1], device=lm.device))
 
     def _lean_edge_siia(self, model: Transformer, edges: torch.Tensor, acts: torch.Tensor,
                         embedding: torch.Tensor) -> torch.Tensor:
@@ -178,7 +178,8 @@ class Evaluator:
         d, cf, lm = self.data, self.strict_sources, self.data.label_mask
         senders = edges[:, 0].unique()
         local = torch.stack([torch.searchsorted(senders, edges[:, 0].contiguous()), edges[:, 1]], dim=1)
-        hits = torch.zeros(edges.shape[0], len(d), device=d.tokens.device)  # labelled positions each edge leaves right
+        shape = self._shape_onehot()
+        hits = torch.zeros(edges.shape[0], shape.shape[1], device=d.tokens.device)  # labelled positions left right
         for r in row_slices(len(d), chunk_rows(model, d.tokens.shape[1])):
             with torch.no_grad():
                 diffs = (sender_outputs(embedding[cf[r]], acts[:, cf[r]], senders)
@@ -187,22 +188,29 @@ class Evaluator:
             for rows, preds in edge_predictions(model, d.tokens[r], d.mask[r], present, acts[:, r], diffs, local,
                                                 self.task_kind, self.sum_heads):
                 ok = agree(preds[0], d.labels[r][None], self.task_kind, self.tolerance)
-                hits[rows, r] = (ok & lm[r]).sum(dim=2).to(hits.dtype)
+                hits[rows] += (ok & lm[r]).sum(dim=2).float() @ shape[r]
         return self._lowest_by_shape(hits)
 
+    def _shape_onehot(self) -> torch.Tensor:
+        """float [N, K]: each validation row's input shape, one-hot over the K shapes present (K = 1
+        when the data records none)."""
+        ids = self.data.shape_ids
+        n = len(self.data.tokens)
+        if ids is None:
+            return torch.ones(n, 1, device=self.data.tokens.device)
+        return (ids[:, None] == ids.unique()[None]).float()
+
     def _lowest_by_shape(self, hits: torch.Tensor) -> torch.Tensor:
-        """float [E]: from hits [E, N] (labelled positions of each row an edge leaves right), the
-        fraction of labelled positions left right, in each input shape apart, and its lowest. The
-        gate (siit.edge_bounds) judges each shape apart: pooled over case 18's three shapes, its
-        a0.h0->m1 met the edge criterion at 0.9994 while it moved 4% of the unpadded length-5
-        sequences. Counts, not means, so one chunk or many give the same."""
-        lm, shape_ids = self.data.label_mask, self.data.shape_ids
-        per_row = lm.sum(dim=1).to(hits.dtype)  # [N]
-        if shape_ids is None:
-            return hits.to(torch.float32).sum(dim=1) / per_row.sum()
-        scores = [hits[:, rows].sum(dim=1) / per_row[rows].sum()
-                  for rows in (shape_ids == k for k in shape_ids.unique().tolist()) if per_row[rows].sum() > 0]
-        return torch.stack(scores).amin(dim=0).to(torch.float32) if scores else torch.ones(hits.shape[0])
+        """float [E]: from hits [E, K] (labelled positions an edge leaves right, per input shape), the
+        fraction left right in each shape apart, and its lowest. The gate (siit.edge_bounds) judges
+        each shape apart: pooled over case 18's three shapes, its a0.h0->m1 met the edge criterion
+        at 0.9994 while it moved 4% of the unpadded length-5 sequences. Counts, not means, so one
+        chunk or many give the same (and one shape the pooled fraction, to the bit)."""
+        totals = self.data.label_mask.sum(dim=1).float() @ self._shape_onehot()  # [K]
+        seen = totals > 0  # a shape with nothing labelled has no score
+        if not bool(seen.any()):
+            return torch.ones(hits.shape[0], device=hits.device)
+        return (hits[:, seen] / totals[seen]).amin(dim=1)
 
     def agreement(self, model: Transformer, names: list[str], masks: torch.Tensor, *,
                   acts: torch.Tensor | None = None) -> torch.Tensor:

@@ -156,14 +156,18 @@ def test_an_edge_is_judged_in_each_input_shape_apart() -> None:
 
     lm = torch.ones(6, 5, dtype=torch.bool)
     lm[:, 0] = False  # BOS
-    hits = torch.tensor([[4, 4, 4, 4, 4, 4], [4, 4, 4, 4, 3, 2]])  # edge 1 misses 3 of shape 2's 8 positions
-    by_shape = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=torch.tensor([0, 0, 1, 1, 2, 2])))
-    got = Evaluator._lowest_by_shape(by_shape, hits)
-    assert torch.allclose(got, torch.tensor([1.0, 5 / 8]))
-    pooled = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=None))
-    assert torch.allclose(Evaluator._lowest_by_shape(pooled, hits), torch.tensor([1.0, 21 / 24]))
-    one = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=torch.zeros(6, dtype=torch.long)))
-    assert torch.equal(Evaluator._lowest_by_shape(one, hits), Evaluator._lowest_by_shape(pooled, hits))
+    per_row = torch.tensor([[4, 4, 4, 4, 4, 4], [4, 4, 4, 4, 3, 2]]).float()  # edge 1 misses 3 of shape 2's 8
+
+    def lowest(shape_ids: torch.Tensor | None) -> torch.Tensor:
+        ev = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=shape_ids, tokens=torch.zeros(6, 5)))
+        ev._shape_onehot = lambda: Evaluator._shape_onehot(ev)
+        return Evaluator._lowest_by_shape(ev, per_row @ ev._shape_onehot())
+
+    assert torch.allclose(lowest(torch.tensor([0, 0, 1, 1, 2, 2])), torch.tensor([1.0, 5 / 8]))
+    assert torch.allclose(lowest(None), torch.tensor([1.0, 21 / 24]))
+    assert torch.equal(lowest(torch.zeros(6, dtype=torch.long)), lowest(None))
+    lm[4:] = False  # shape 2 has nothing labelled: judged on the other two
+    assert torch.equal(lowest(torch.tensor([0, 0, 1, 1, 2, 2])), torch.tensor([1.0, 1.0]))
 
 
 def test_half_rows_patch_at_most_many_edges_on_average() -> None:

@@ -40,8 +40,6 @@ def regression_loss(pred: torch.Tensor, target: torch.Tensor, hinge: float, marg
     within a tolerance, so a mean of squares, which a few near-misses barely move, can sit just
     short of it for thousands of steps (TrainConfig.regression_hinge)."""
     e = pred - target
-    if hinge == 0:
-        return e.pow(2)
     return e.pow(2) + hinge * torch.relu(e.abs() - margin).pow(2)
 
 

@@ -168,7 +168,7 @@ class Evaluator:
                 preds = predictions(logits, self.task_kind).reshape(g, n, -1)
                 ok = agree(preds, d.labels[None], self.task_kind, self.tolerance)
                 hits.append((ok & lm).sum(dim=2).float() @ shape)  # [g, K] labelled positions left right
-        return self._lowest_by_shape(torch.cat(hits) if hits else torch.zeros(0, shape.shape[1], device=lm.device))
+        return self._lowest_by_shape(torch.cat(hits) if hits else torch.zeros(0, shape.shape[1], device=lm.device), shape)
 
     def _lean_edge_siia(self, model: Transformer, edges: torch.Tensor, acts: torch.Tensor,
                         embedding: torch.Tensor) -> torch.Tensor:
@@ -189,7 +189,7 @@ class Evaluator:
                                                 self.task_kind, self.sum_heads):
                 ok = agree(preds[0], d.labels[r][None], self.task_kind, self.tolerance)
                 hits[rows] += (ok & lm[r]).sum(dim=2).float() @ shape[r]
-        return self._lowest_by_shape(hits)
+        return self._lowest_by_shape(hits, shape)
 
     def _shape_onehot(self) -> torch.Tensor:
         """float [N, K]: each validation row's input shape, one-hot over the K shapes present (K = 1
@@ -200,13 +200,14 @@ class Evaluator:
             return torch.ones(n, 1, device=self.data.tokens.device)
         return (ids[:, None] == ids.unique()[None]).float()
 
-    def _lowest_by_shape(self, hits: torch.Tensor) -> torch.Tensor:
-        """float [E]: from hits [E, K] (labelled positions an edge leaves right, per input shape), the
-        fraction left right in each shape apart, and its lowest. The gate (siit.edge_bounds) judges
-        each shape apart: pooled over case 18's three shapes, its a0.h0->m1 met the edge criterion
-        at 0.9994 while it moved 4% of the unpadded length-5 sequences. Counts, not means, so one
-        chunk or many give the same (and one shape the pooled fraction, to the bit)."""
-        totals = self.data.label_mask.sum(dim=1).float() @ self._shape_onehot()  # [K]
+    def _lowest_by_shape(self, hits: torch.Tensor, shape: torch.Tensor) -> torch.Tensor:
+        """float [E]: from hits [E, K] (labelled positions an edge leaves right, per input shape of
+        `shape`, _shape_onehot's [N, K]), the fraction left right in each shape apart, and its
+        lowest. The gate (siit.edge_bounds) judges each shape apart: pooled over case 18's three
+        shapes, its a0.h0->m1 met the edge criterion at 0.9994 while it moved 4% of the unpadded
+        length-5 sequences. Counts, not means, so one chunk or many give the same (and one shape
+        the pooled fraction, to the bit)."""
+        totals = self.data.label_mask.sum(dim=1).float() @ shape  # [K]
         seen = totals > 0  # a shape with nothing labelled has no score
         if not bool(seen.any()):
             return torch.ones(hits.shape[0], device=hits.device)

@@ -160,8 +160,8 @@ def test_an_edge_is_judged_in_each_input_shape_apart() -> None:
 
     def lowest(shape_ids: torch.Tensor | None) -> torch.Tensor:
         ev = SimpleNamespace(data=SimpleNamespace(label_mask=lm, shape_ids=shape_ids, tokens=torch.zeros(6, 5)))
-        ev._shape_onehot = lambda: Evaluator._shape_onehot(ev)
-        return Evaluator._lowest_by_shape(ev, per_row @ ev._shape_onehot())
+        shape = Evaluator._shape_onehot(ev)
+        return Evaluator._lowest_by_shape(ev, per_row @ shape, shape)
 
     assert torch.allclose(lowest(torch.tensor([0, 0, 1, 1, 2, 2])), torch.tensor([1.0, 5 / 8]))
     assert torch.allclose(lowest(None), torch.tensor([1.0, 21 / 24]))

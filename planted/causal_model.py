@@ -221,6 +221,10 @@ class PlantedTask:
     """Where a busy head's distractor target varies (siit.distractors.DistractorPositions): "one" for a
     model whose circuit heads each fire at one position (planted.large_circuit), so that busy heads can
     be as loud as its circuit heads by both of the looks that measure loudness."""
+    training: tuple[tuple[str, Any], ...] = ()
+    """TrainConfig fields that no command-line option sets, as this task trains them ((name, value) pairs,
+    applied by zoo.train_entry.with_task_defaults): a case bundle's training task's (planted.case_bundles:
+    view_phase, strict_all, stall_tolerance); none for every other."""
     distractor_profile: float | None = None
     """The task's own TrainConfig.distractor_profile (how unevenly busy targets vary over positions),
     or None: the default."""

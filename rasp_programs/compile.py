@@ -8,7 +8,7 @@ persistent compilation cache (under the same root) makes a recompilation fast to
 
 Two layers: a zoo root's own cache (`cache_dir/<entry>/`, what the root's entries were built
 from) and a shared cache every root reuses (`shared_cache/<entry>-<fingerprint>/`, decided by
-zoo.paths.compile_cache_dir: a user cache). The fingerprint holds the program's structure, its
+`shared_cache_dir`: a user cache). The fingerprint holds the program's structure, its
 outputs under `rasp.evaluate` and the compiler's version, so a shared entry is only reused for the
 same program and Tracr; its weights are checked against the sha256 recorded beside them.
 """
@@ -40,6 +40,16 @@ CACHE_FORMAT = "zoo-compiled/1"
 
 class CompileError(RuntimeError):
     """Tracr could not compile the case's program."""
+
+
+def shared_cache_dir() -> Path | None:
+    """The compiled-case cache every zoo root reuses: $ZOO_COMPILE_CACHE if set ("off" or empty: none),
+    else ~/.cache/zoo-compiled. Entries are keyed by the case's program and the Tracr version, so roots
+    and checkouts can share it safely."""
+    env = os.environ.get("ZOO_COMPILE_CACHE")
+    if env is not None:
+        return None if env.strip() in ("", "off") else Path(env).expanduser()
+    return Path.home() / ".cache" / "zoo-compiled"
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,6 +1,8 @@
-"""Build `catalogue.json`: the compiled size of every built-in case, shipped so that `zoo list`
-needs neither jax nor torch. `tests/test_rasp_programs/test_catalogue.py` checks the shipped file against a fresh
-compile; regenerate with `python -m rasp_programs.summary [CACHE_DIR]`."""
+"""Build `catalogue.json`: the compiled size and ground-truth graph of every built-in case, shipped so
+that `zoo list` needs neither jax nor torch, and a multi-task bundle built around a case
+(planted.case_bundles) places its circuit without compiling. `tests/test_rasp_programs/test_catalogue.py`
+checks the shipped file against a fresh compile; regenerate with `python -m rasp_programs.summary
+[CACHE_DIR]`."""
 
 from __future__ import annotations
 
@@ -23,7 +25,18 @@ def summary_row(compiled: Any) -> dict[str, Any]:
         "d_model": cfg["d_model"],
         "nodes": len(compiled.graph.nodes),
         "edges": len(compiled.graph.edges),
+        # the ground-truth graph itself, so that a multi-task bundle built around a case
+        # (planted.case_bundles) knows its circuit without compiling
+        "graph": {"nodes": list(compiled.graph.nodes), "edges": [list(e) for e in compiled.graph.edges],
+                  "labels": dict(compiled.graph.labels)},
+        "output_vocab": None if compiled.encoding.output_vocab is None else list(compiled.encoding.output_vocab),
     }
+
+
+def shipped_row(case_id: str) -> dict[str, Any] | None:
+    """The shipped summary row of a built-in case (with its `graph`), or None."""
+    rows = json.loads(CATALOGUE_PATH.read_text())["cases"]
+    return next((row for row in rows if row["id"] == str(case_id)), None)
 
 
 def build_catalogue(cache_dir: Path | None = None) -> dict[str, Any]:

@@ -54,7 +54,7 @@ import torch
 
 from siit.config import TrainConfig
 
-Action = Literal["emphasis", "lr_restart", "extension", "edge_phase", "rollback"]
+Action = Literal["emphasis", "lr_restart", "extension", "edge_phase", "view_phase", "rollback"]
 
 
 @dataclasses.dataclass(frozen=True, kw_only=True)
@@ -86,6 +86,11 @@ class AdaptState:
     such a check's worst metric (a node at .9994) set a best that the edges (.96) never beat, and
     every later check counted as a stall: case 11 restarted the lr down to 4e-5 with its last
     edge lagging."""
+    views_score: float | None = None
+    """1 minus the summed shortfall of a multi-task bundle's views (each view's lower of IIA and SIIA min
+    below 1) at the last check that judged them (TrainConfig.view_phase): a sum, so that one view's gain is
+    progress while another lags (their minimum sat still while three views took turns); carried to checks
+    that do not judge them, as edge_siia is."""
     anchor: tuple[int, float] | None = None
     """(step, worst task metric: task_worst) of the check whose weights training keeps to roll back
     to: the best such check at or above ANCHOR_FLOOR (siit.trainer holds the weights)."""
@@ -130,8 +135,22 @@ def worst_metric(metrics: dict[str, Any], config: TrainConfig) -> float:
               "distractor_r2": metrics.get("distractor_r2_min", 0.0), "edge_siia": metrics.get("edge_siia_min")}
     target = {"distractor_r2": config.distractor_r2, "edge_siia": config.edge_criterion}
     # edges are measured only once the nodes meet the criterion (siit.train_checks)
-    return min(min(values[m] / max(target.get(m, config.criterion), 1e-12), 1.0)
-               for m in config.judged_metrics if values[m] is not None)
+    worst = min(min(values[m] / max(target.get(m, config.criterion), 1e-12), 1.0)
+                for m in config.judged_metrics if values[m] is not None)
+    views = metrics.get("views_score")
+    return worst if views is None else min(worst, views / config.criterion, 1.0)
+
+
+def with_views(state: AdaptState, config: TrainConfig, metrics: dict[str, Any]) -> tuple[AdaptState, dict[str, Any]]:
+    """(state remembering this check's views score, metrics with `views_score`: this check's, or the last
+    judged one's; AdaptState.views_score), with TrainConfig.view_phase; unchanged without."""
+    if not config.view_phase:
+        return state, metrics
+    views = metrics.get("views")
+    if views:
+        score = 1.0 - sum(1.0 - min(v["iia_min"], v["siia_min"], 1.0) for v in views.values())
+        return dataclasses.replace(state, views_score=score), {**metrics, "views_score": score}
+    return state, metrics if state.views_score is None else {**metrics, "views_score": state.views_score}
 
 
 def node_weights(state: AdaptState, metrics: dict[str, Any] | None, high_nodes: Sequence[str]) -> torch.Tensor | None:
@@ -171,12 +190,16 @@ def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics:
     """Track the best worst-metric; on a stall, emphasise lagging nodes, then restart the lr; a new
     cycle when the edges are first measured."""
     first_edges = state.edge_siia is None and metrics.get("edge_siia_min") is not None
+    first_views = state.views_score is None and bool(metrics.get("views")) and config.view_phase
     state, metrics = with_edges(state, metrics)
+    state, metrics = with_views(state, config, metrics)
     worst = worst_metric(metrics, config)
-    if first_edges and config.adaptive:
+    if (first_edges or first_views) and config.adaptive:  # a new objective: a new lr cycle
         lr = max(learning_rate(state, config, step), EDGE_PHASE_LR * config.lr)  # never a jump above the lr in use
         state = dataclasses.replace(state, cycle_start=step, cycle_lr=lr, best=worst, trail=state.trail + ((step, worst),))
-        return _act(state, step, "edge_phase", f"edges first measured: worst edge SIIA {state.edge_siia:.4f}", lr=lr)
+        if first_edges:
+            return _act(state, step, "edge_phase", f"edges first measured: worst edge SIIA {state.edge_siia:.4f}", lr=lr)
+        return _act(state, step, "view_phase", f"views first judged: views score {state.views_score:.4f}", lr=lr)
     if worst > state.best + config.stall_tolerance:
         return dataclasses.replace(state, best=worst, since_best=0, trail=state.trail + ((step, worst),))
     state = dataclasses.replace(state, since_best=state.since_best + 1)
@@ -196,6 +219,7 @@ def extend(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str,
     if not config.adaptive or state.extensions >= config.max_extensions or metrics is None:
         return None
     state, metrics = with_edges(state, metrics)
+    state, metrics = with_views(state, config, metrics)
     worst = worst_metric(metrics, config)
     best = max(worst, state.best)
     gain = rise(state, config, step)

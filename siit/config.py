@@ -60,6 +60,11 @@ class TrainConfig:
     strict_sampling: StrictSampling | None = None
     """Which non-aligned nodes a strictness row ablates: "one" (one drawn uniformly, Algorithm 1),
     "half" (each w.p. 0.5, Appendix H), "mixed" (half the rows each way); None: the scheme's own."""
+    strict_all: float = 0.0
+    """The share of strictness rows that ablate every non-aligned node at once (SIIA's "all" group), drawn
+    on top of strict_sampling. A multi-task bundle's views missed their criterion there: the other tasks'
+    components, each inert alone, together moved an answer, and "half" ablates all of 9 nodes once in 512
+    rows (planted.case_bundles sets 0.25). 0: as runs before the field existed."""
     strict_edges: bool = False
     """Strictness also patches edges outside the circuit (siit.edges): besides its ablated nodes,
     each strictness row patches non-circuit edges (reader r reads sender u's source value), one
@@ -173,6 +178,12 @@ class TrainConfig:
     absolute value), a copying head's their running means from `offset` back, which only their outputs
     carry, so later components read the busy heads' work. 0: every busy node computes on tokens, as
     runs before the field existed."""
+    view_phase: bool = False
+    """A multi-task bundle's views (siit.train_setup.Setup.views) count in the stall test (siit.adaptation):
+    the first check that judges them starts an lr cycle, as the edge phase does, and their summed shortfall
+    (siit.adaptation.AdaptState.views_score) counts as a metric. False: the stall test reads the pooled check alone, whose
+    metrics sit at 1.0 while views lag, so every check counts as a stall and restarts halved the lr to its
+    floor within 1000 steps of the views being judged (mt-case-33, SIIA "all" of its views at .98 then)."""
     circuit_norm_ceiling: float = 2.5
     """Ceiling on the rms output norm of circuit nodes (with distractors on), inside the distractor
     range: without it SIIT makes circuit nodes louder than every distractor."""
@@ -264,6 +275,8 @@ class TrainConfig:
             object.__setattr__(self, "strict_sampling", "one" if self.scheme == "alg1" else "half")
         if self.strict_sampling not in ("one", "half", "mixed"):
             raise ConfigError(f"strict_sampling must be one, half or mixed, got {self.strict_sampling!r}")
+        if not 0.0 <= self.strict_all <= 1.0:
+            raise ConfigError(f"strict_all must be in [0, 1], got {self.strict_all}")
         if self.lr_schedule is None:
             object.__setattr__(self, "lr_schedule", "linear" if self.scheme == "apph" else "constant")
         if self.betas is None:
@@ -322,4 +335,8 @@ class TrainConfig:
             del data["distractor_components"]
         if self.distractor_reads == 0:  # busy nodes compute on tokens: as runs before the field existed
             del data["distractor_reads"]
+        if not self.view_phase:  # the pooled check alone: as runs before the field existed
+            del data["view_phase"]
+        if self.strict_all == 0.0:  # as runs before the field existed
+            del data["strict_all"]
         return data

@@ -145,6 +145,8 @@ def config_from_training_json(training: dict[str, Any]) -> tuple[TrainConfig, Ar
     cfg.setdefault("distractor_components", 1)  # absent: one scalar a busy node
     cfg.setdefault("distractor_reads", 0)  # absent: busy nodes compute on tokens
     cfg.setdefault("regression_hinge", 0.0)  # absent: plain MSE on regression outputs
+    cfg.setdefault("view_phase", False)  # absent: the stall test read the pooled check alone
+    cfg.setdefault("strict_all", 0.0)  # absent: no strictness row ablated every non-aligned node by design
     return TrainConfig(**cfg), ArchConfig(**training["arch"]["overrides"])
 
 

@@ -80,16 +80,19 @@ def one_position_keys(d: Distractor, n_ctx: int) -> torch.Tensor:
 
 
 def with_busy_heads(saturation: Saturation | None, slots: list[tuple[int, int]], heads: list[str],
-                    patterns: torch.Tensor, n_rows: int) -> Saturation | None:
+                    patterns: torch.Tensor, n_rows: int, margin: float = MARGIN) -> Saturation | None:
     """`saturation` (the circuit's, or None) with busy heads added, each attending to the keys
-    patterns [n, query pos, key pos] says on every one of n_rows inputs (one_position_keys),
-    at the circuit's margin. Training's only (siit.train_setup.Setup.saturation): checks, the criterion
-    and validation's report rebuild the circuit's own from the high-level model."""
+    patterns [n, query pos, key pos] says on every one of n_rows inputs (one_position_keys), or
+    [n, n_rows, query pos, key pos] per input, at the circuit's margin (`margin` when there is no circuit's).
+    Training's only (siit.train_setup.Setup.saturation): checks, the criterion and validation's report
+    rebuild the circuit's own from the high-level model."""
     if not heads:
         return saturation
-    busy = patterns.to(torch.bool)[:, None].expand(-1, n_rows, -1, -1)
+    busy = patterns.to(torch.bool)
+    busy = busy[:, None].expand(-1, n_rows, -1, -1) if busy.dim() == 3 else busy
     if saturation is None:
-        return Saturation(heads=tuple(heads), slots=tuple(slots), keys=busy.contiguous(), busy=len(heads))
+        return Saturation(heads=tuple(heads), slots=tuple(slots), keys=busy.contiguous(), busy=len(heads),
+                          margin=margin)
     return dataclasses.replace(saturation, heads=saturation.heads + tuple(heads), slots=saturation.slots + tuple(slots),
                                keys=torch.cat([saturation.keys, busy.to(saturation.keys.device)]),
                                busy=saturation.busy + len(heads))

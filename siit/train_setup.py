@@ -130,6 +130,25 @@ def _token_weight(data: Dataset, d_vocab: int) -> np.ndarray:
     return np.bincount(data.tokens[inputs].numpy(), minlength=d_vocab).astype(np.float64)
 
 
+SHARP_MARGIN = 4.0
+"""The attention margin of a high-level model's sharp heads (a case bundle's side heads), as large-circuit's
+one-position heads take it (planted.causal_model.CausalModel.saturation_margin)."""
+
+
+def _sharp_attention(saturation: Saturation | None, high: HighLevelModel, corr: Correspondence,
+                     data: Dataset) -> Saturation | None:
+    """`saturation` with the high-level model's sharp heads added (`sharp_heads`, `sharp_keys`: a case
+    bundle's side heads, planted.case_bundles), trained to the attention margin on the keys their
+    functions read, as busy heads are (training only). A side head that selects an earlier digit by content
+    but splits its attention gives a near-tie that the other tasks' writes, patched all at once, flip."""
+    heads = getattr(high, "sharp_heads", ())
+    if not heads:
+        return saturation
+    lows = [corr.mapping[h][0] for h in heads]
+    return with_busy_heads(saturation, [corr.low.slot(h) for h in lows], lows, high.sharp_keys(data.tokens, data.mask),
+                           len(data), margin=SHARP_MARGIN)
+
+
 def _busy_attention(saturation: Saturation | None, targets: DistractorTargets | None,
                     shape: torch.Size) -> Saturation | None:
     """The circuit's saturated heads and the one-position busy heads' attention (siit.saturation.with_busy_heads)
@@ -210,8 +229,9 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
                  last_position_weight=float(getattr(task, "last_position_weight", 1.0)),
                  source_weight=source_length_weights(train_set.lengths, pairing),
                  non_circuit_edges=non_circuit_edges, device=device, name=str(task.case.id),
-                 saturation=_busy_attention(Saturation.build(high, corr, train_set.tokens, train_set.mask), targets,
-                                            train_set.tokens.shape),
+                 saturation=_sharp_attention(_busy_attention(Saturation.build(high, corr, train_set.tokens,
+                                                                              train_set.mask), targets,
+                                                             train_set.tokens.shape), high, corr, train_set),
                  source_attention=SourceAttention.build(targets, low_config["n_ctx"]) if config.busy_attention else None,
                  logit_template=getattr(task, "logit_template", None),
                  views=tuple(prepare(v, dataclasses.replace(config, distractors=False), arch, device=device)

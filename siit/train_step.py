@@ -74,7 +74,7 @@ def run_step(trainee: Trainee, optimizer: Adam, s: Setup, config: TrainConfig,
     B = bases.shape[0]
     view, iit_target, iit_mask = _iit_draws(s, tokens, mask, sources, gen, emphasis)
     non_aligned = s.non_aligned if view is None else torch.stack([v.non_aligned for v in s.views])[view]
-    strict_mask = _strict_mask(non_aligned, B, config.strict_sampling, gen)
+    strict_mask = _strict_mask(non_aligned, B, config.strict_sampling, gen, config.strict_all)
     strict_edges, shuffle = _strictness_draws(s, B, gen, edge_emphasis, view)
     # strictness row i pairs base i with source shuffle[i]. Lean (TrainConfig.lean_activations): the
     # stacked run holds those pairs in the sources' order (row k: source k, base order[k]), so every
@@ -276,9 +276,19 @@ def _own_task_weights(s: Setup) -> torch.Tensor:
     return 0.5 * own / own.sum(1, keepdim=True).clamp(min=1.0) + 0.5 / len(s.corr.interventions)
 
 
-def _strict_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator) -> torch.Tensor:
+def _strict_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator,
+                 every: float = 0.0) -> torch.Tensor:
     """bool [B, L, S] of ablated non-aligned nodes (see TrainConfig.strict_sampling); non_aligned
-    bool [L, S], or [B, L, S] per row."""
+    bool [L, S], or [B, L, S] per row; a share `every` of the rows ablates all of them
+    (TrainConfig.strict_all; drawn after the rest, so 0 draws what runs before it drew)."""
+    mask = _sampled_mask(non_aligned, batch, sampling, gen)
+    if every > 0:
+        rows = (torch.rand(batch, generator=gen) < every)[:, None, None]
+        mask = torch.where(rows, non_aligned.expand(batch, *non_aligned.shape[-2:]), mask)
+    return mask
+
+
+def _sampled_mask(non_aligned: torch.Tensor, batch: int, sampling: str, gen: torch.Generator) -> torch.Tensor:
     if not non_aligned.any():
         return non_aligned.expand(batch, *non_aligned.shape[-2:]).clone()
     half = (torch.rand(batch, *non_aligned.shape[-2:], generator=gen) < 0.5) & non_aligned

@@ -25,10 +25,8 @@ def entries_dir(root: Path) -> Path:
 
 
 def compile_cache_dir() -> Path | None:
-    """The compiled-case cache every zoo root reuses (rasp_programs.compile's shared cache):
-    $ZOO_COMPILE_CACHE if set ("off" or empty: none), else ~/.cache/zoo-compiled. Entries are keyed
-    by the case's program and the Tracr version, so roots and checkouts can share it safely."""
-    env = os.environ.get("ZOO_COMPILE_CACHE")
-    if env is not None:
-        return None if env.strip() in ("", "off") else Path(env).expanduser()
-    return Path.home() / ".cache" / "zoo-compiled"
+    """The compiled-case cache every zoo root reuses (rasp_programs.compile.shared_cache_dir:
+    $ZOO_COMPILE_CACHE, else ~/.cache/zoo-compiled)."""
+    from rasp_programs.compile import shared_cache_dir
+
+    return shared_cache_dir()

@@ -102,8 +102,9 @@ def compiled_task(root: str | None, case):
 def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool = False, epochs_given: bool = False,
                        n_train_given: bool = False, lean_given: bool = False):
     """The config with the task's own defaults where the command line gave none (a planted model's
-    learning rate, edge-level strictness, step budget, training set size, wide-model step and the busy targets'
-    position profile, PlantedTask.lr, .strict_edges, .epochs, .n_train, .lean_activations and .distractor_profile;
+    learning rate, edge-level strictness, step budget, training set size, wide-model step, the busy targets'
+    position profile and settings no option sets, PlantedTask.lr, .strict_edges, .epochs, .n_train,
+    .lean_activations, .distractor_profile and .training;
     a case's edge-level strictness, Case.strict_edges); no distractors for a task whose circuit covers the
     whole model (PlantedTask.covers_model: a multi-task bundle)."""
     lr, edges = getattr(task, "lr", None), getattr(task, "strict_edges", None)
@@ -123,6 +124,7 @@ def with_task_defaults(config, task, *, lr_given: bool, strict_edges_given: bool
         config = dataclasses.replace(config, lean_activations=True)
     if getattr(task, "distractor_profile", None) is not None:  # no command-line option sets it
         config = dataclasses.replace(config, distractor_profile=task.distractor_profile)
+    config = dataclasses.replace(config, **dict(getattr(task, "training", ())))  # no command-line option sets these
     if getattr(task, "covers_model", False) and config.distractors:
         # every component is some task's circuit (a multi-task bundle): nothing is left for busy-work
         config = dataclasses.replace(config, distractors=False)

@@ -7,7 +7,8 @@ same task trained alone (a single-task planted entry of another root, where ther
 
 Reads one trained view of the bundle (`zoo train planted mt-2x4.rare-feature --root ROOT`; every view
 has the same weights) and the ground-truth verdicts its validation.json records for every task;
-`--alone` reads the single-task entries (`zoo train planted rare-feature --root ROOT2`).
+`--alone` reads the single-task entries (`zoo train planted rare-feature --root ROOT2`; for a case bundle,
+`mt-case-33`, its case's own entry: `zoo train case 33 --root ROOT2`).
 `--checkpoint` reads a bundle's training checkpoint instead (`<root>/entries/.planted-<view>.checkpoint`
 of a run that has not met its criterion yet), with the head rescale the entry would get; such a model
 has no ground-truth verdicts and is no entry. Prints JSON; not part of CI. The numbers go into issue
@@ -37,12 +38,12 @@ def _battery(model, tokens, mask, circuit) -> dict:
             "looks": {k: r["separation"] for k, r in report["looks"].items()}}
 
 
-def _entry(root: Path, name: str):
+def _entry(root: Path, name: str, kind: str = "planted"):
     from siit.transformer import Transformer
     from zoo.high_level_source import resolve_case
     from zoo.realism_report import load_siit_entry
 
-    case = resolve_case("planted", name)
+    case = resolve_case(kind, name)
     entry = load_siit_entry(root / "entries" / case.entry_name, case)
     return case, entry, Transformer.from_state_dict(entry.config, entry.state_dict)
 
@@ -76,10 +77,10 @@ def run(root: Path | None, bundle_name: str, alone: Path | None, n: int, seed: i
         checkpoint: Path | None = None) -> dict:
     import torch
 
-    from planted.bundles import BUNDLES
+    from planted.registry import get_bundle
 
     torch.set_num_threads(1)
-    bundle = BUNDLES[bundle_name]()
+    bundle = get_bundle(bundle_name)
     if checkpoint is not None:
         step, model, _ = from_checkpoint(checkpoint, bundle)
         trained, entry = f"checkpoint {checkpoint} at step {step}", None
@@ -100,10 +101,12 @@ def run(root: Path | None, bundle_name: str, alone: Path | None, n: int, seed: i
                (entry.validation or {}).get("tasks", {}).get("views", {}).get(view_name),
                "own_inputs": _battery(model, tokens, mask, view.graph.nodes),
                "every_tasks_inputs": _battery(model, *mixed, view.graph.nodes)}
-        key = ALONE.get(bundle.parts[k].key, bundle.parts[k].key)
-        if alone is not None and (alone / "entries" / f"planted-{key}").is_dir():
-            case, single_entry, single = _entry(alone, key)
-            row["alone"] = _battery(single, *_encode(case, n, seed), single_entry.circuit.nodes)
+        single_task = _alone(bundle, k)
+        if alone is not None and single_task is not None and \
+                (alone / "entries" / f"{single_task[0]}-{single_task[1]}").is_dir():
+            case, single_entry, single = _entry(alone, single_task[1], single_task[0])
+            row["alone"] = _battery(single, *single_entry.encoding.encode(case.sample(n, seed)),
+                                    single_entry.circuit.nodes)
         rows.append(row)
     return {"bundle": bundle_name, "entry": trained, "n": n, "seed": seed, "tasks": rows,
             "median_over_tasks": {where: {"max": statistics.median(r[where]["max"] for r in rows),
@@ -111,10 +114,13 @@ def run(root: Path | None, bundle_name: str, alone: Path | None, n: int, seed: i
                                   for where in ("own_inputs", "every_tasks_inputs")}}
 
 
-def _encode(case, n: int, seed: int):
-    from zoo.high_level_source import planted_task
-
-    return planted_task(case.id).encoding.encode(case.sample(n, seed))
+def _alone(bundle, k: int) -> tuple[str, str] | None:
+    """(kind, id) of view k's task trained alone: a case bundle's main task is the case's own entry
+    (planted.case_bundles; its side tasks have none), a planted bundle's task its family model."""
+    if hasattr(bundle, "main_key"):
+        return ("case", bundle.case.id) if k == 0 else None
+    key = bundle.parts[k].key
+    return "planted", ALONE.get(key, key)
 
 
 def main() -> None:

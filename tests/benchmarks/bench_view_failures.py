@@ -25,13 +25,13 @@ from pathlib import Path
 def run(checkpoint: Path, bundle_name: str, patch: list[str] | None = None) -> dict:
     import torch
 
-    from planted.bundles import BUNDLES
+    from planted.registry import get_bundle
 
     sys.path.insert(0, str(Path(__file__).parent))
     from bench_multi_task import from_checkpoint
 
     torch.set_num_threads(1)
-    step, model, s = from_checkpoint(checkpoint, BUNDLES[bundle_name]())
+    step, model, s = from_checkpoint(checkpoint, get_bundle(bundle_name))
     views = {}
     for view in s.views:
         ev = view.evaluator

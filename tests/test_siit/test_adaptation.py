@@ -94,6 +94,33 @@ def test_a_check_that_measured_no_edges_keeps_the_last_edge_siia() -> None:
     assert AdaptState.from_json(state.to_json()) == state
 
 
+def test_a_bundles_views_start_a_cycle_and_count_in_the_stall_test_only_with_view_phase() -> None:
+    """TrainConfig.view_phase: the first check that judges a bundle's views starts an lr cycle (as edges
+    do), their summed shortfall counts as a metric (carried to checks that judge none), and a view that
+    improves is progress while another lags; without it the pooled metrics (1.0 while views lag) make every
+    check a stall."""
+    views = lambda siia, other=0.995: {**_metrics({"a": 1.0}), "views": {  # noqa: E731
+        "v": {"iia_min": 1.0, "siia_min": siia, "met": False}, "w": {"iia_min": other, "siia_min": 1.0, "met": False}}}
+    pooled_only = _metrics({"a": 0.9996})  # the pooled check dipped: no view judged
+    config = TrainConfig(patience=2, view_phase=True)
+    stalled = dataclasses.replace(adaptation.start(config), cycle_lr=config.lr / 64, best=1.0)
+    state = adaptation.after_validation(stalled, config, 25, views(0.98))
+    assert state.actions[-1]["action"] == "view_phase" and state.cycle_lr == config.lr * adaptation.EDGE_PHASE_LR
+    assert state.best == pytest.approx(0.975 / config.criterion) and state.views_score == pytest.approx(0.975)
+    state = adaptation.after_validation(state, config, 50, pooled_only)  # carried: the views still lag
+    assert state.since_best == 1 and state.best == pytest.approx(0.975 / config.criterion)
+    state = adaptation.after_validation(state, config, 75, views(0.99))
+    assert state.since_best == 0 and state.best == pytest.approx(0.985 / config.criterion)
+    state = adaptation.after_validation(state, config, 100, views(0.99, other=0.998))  # the other view's gain
+    assert state.since_best == 0 and state.best == pytest.approx(0.988 / config.criterion)
+    assert AdaptState.from_json(state.to_json()) == state
+    off = TrainConfig(patience=2)
+    state = dataclasses.replace(adaptation.start(off), best=1.0)
+    for i in range(6):  # the views never count: each check is a stall of the pooled 1.0
+        state = adaptation.after_validation(state, off, 25 * (i + 1), views(0.98 + 0.003 * i))
+    assert [a["action"] for a in state.actions] == ["emphasis", "lr_restart", "lr_restart"] and state.views_score is None
+
+
 def test_progress_resets_the_stall_count_and_adaptive_false_never_acts() -> None:
     config = TrainConfig(patience=2)
     state = adaptation.start(config)

@@ -14,24 +14,26 @@ offset only (each (position, source) pair has one copy), and the others select t
 from position 3 on (at position 2 the one earlier token is x_(i-1)). On digits x_1 .. x_n (position i
 holds x_i; a head's value is 0 where it has no source):
 
-    back k     y_i = x_(i-k)                                 a head
-    max, min   y_i = the largest / smallest of x_1 .. x_(i-1)  a head (from position 3 on)
-    even, odd  y_i = the latest earlier x_j that is even / odd   a head (from position 3 on)
-    lag        y_i = p_(i-1), p a head of an earlier layer      a head reading a head
-    plus       y_i = (x_i + h_i) mod V, h a max head            an MLP reading a head of its layer or below
-    shift      y_i = (x_i + 1) mod V                           an MLP alone (no free head at or below it)
+    back k     y_i = x_(i-k)                                                     a head
+    high, low  y_i = the latest earlier x_j in the upper / lower half of 0 .. V-1   a head (from position 3 on)
+    even, odd  y_i = the latest earlier x_j that is even / odd                   a head (from position 3 on)
+    lag        y_i = p_(i-1), p a head of an earlier layer                       a head reading a head
+    plus       y_i = (x_i + h_i) mod V, h a `high` head                          an MLP reading a head below
+    shift      y_i = (x_i + 1) mod V                                             an MLP alone (no head below)
 
 Layout (`fill`), so that as many components as possible are read by another: each free MLP answers a
 `plus` task over the lowest free head at or below its layer; then one chain of lag heads over
 consecutive layers (`back 1`, x_(i-2), x_(i-3), ...: each head read by the next); then every remaining
 head of layer 0 selects by content and every head above copies by offset, and once those run out it
-stacks a lag head on a content task (`min-lag1`: y_i = the smallest of x_1 .. x_(i-2), a layer-0 head
-selecting and a later one carrying it a position on). Content selection stays in layer 0, where no other
-task's write reaches a head's query and keys: a layer-1 head that selected the latest odd (or the
+stacks a lag head on a content task (`low-lag1`: y_i = the latest low digit before x_(i-1), a layer-0
+head selecting and a later one carrying it a position on). Content selection stays in layer 0, where no
+other task's write reaches a head's query and keys: a layer-1 head that selected the latest odd (or the
 smallest) earlier digit kept missing a few rare inputs (four 5s before a 1) when every other task's node
 was patched at once (SIIA "all" .9987-.9993 for thousands of steps), while every view with no such head
-met. A head no function or lag is left for stays free: the bundle gives it a distractor (busy work no
-task reads), as planted.bundles' mt-4x4 does; in the main cases' layouts none is left.
+met. And content selection is by a property and recency, not by comparing digits: heads that took the
+largest or smallest earlier digit missed rare inputs (three 0s before a 5, with bidirectional attention).
+A head no function or lag is left for stays free: the bundle gives it a distractor (busy work no task
+reads), as planted.bundles' mt-4x4 does; in the main cases' layouts none is left.
 """
 
 from __future__ import annotations
@@ -46,7 +48,7 @@ from eval.core.circuit import head_node, mlp_node, node_sort_key, parse_node
 from planted.causal_model import CausalModel, Node
 from planted.multi_task import Part
 
-Rule = Literal["max", "min", "even", "odd"]
+Rule = Literal["high", "low", "even", "odd"]
 CONTENT_FROM = 3
 """First position a content-selected head answers at (at position 2 its only source is x_(i-1))."""
 
@@ -83,38 +85,37 @@ class Copy:
 
 @dataclasses.dataclass(frozen=True)
 class Select:
-    """y_i = the earlier digit a rule selects by content (the largest, the smallest, the latest even or
-    the latest odd one), from position CONTENT_FROM on; 0 before and where none qualifies."""
+    """y_i = the latest earlier digit with a property (even, odd, in the upper half or in the lower half of
+    0 .. n_values - 1; the halves overlap at the middle digit of an odd count), from position CONTENT_FROM
+    on; 0 before and where none has it."""
 
     rule: Rule
+    n_values: int
+
+    def matches(self, x: torch.Tensor) -> torch.Tensor:
+        """bool: which digits have the property."""
+        return {"even": torch.remainder(x, 2) == 0, "odd": torch.remainder(x, 2) == 1,
+                "high": x >= self.n_values // 2, "low": x <= (self.n_values - 1) // 2}[self.rule]
 
     def __call__(self, values: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
         out, sources = self._select(values, real)
         return torch.where(sources.any(-1), out, torch.zeros_like(out))
 
     def keys(self, values: torch.Tensor, real: torch.Tensor) -> torch.Tensor:
-        """bool [N, query, key]: the selected earlier positions (every one holding the selected digit, for
-        max and min), else BOS (what a sharp head attends to)."""
+        """bool [N, query, key]: the selected earlier position, else BOS (what a sharp head attends to)."""
         _, sources = self._select(values, real)
         bos = torch.zeros_like(sources)
         bos[..., 0] = True
         return torch.where(sources.any(-1, keepdim=True), sources, bos)
 
     def _select(self, values: torch.Tensor, real: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """(long [N, i] the selected digit, bool [N, i, j] the positions j holding it), from position
+        """(long [N, i] the selected digit, bool [N, i, j] the position j holding it), from position
         CONTENT_FROM on (no position before)."""
         T = values.shape[1]
         pos = torch.arange(T)
         earlier = (pos[None, :] < pos[:, None]) & (pos[None, :] >= 1) & (pos[:, None] >= CONTENT_FROM)
-        keys = earlier[None] & real[:, None, :]  # [N, i, j]: 1 <= j < i
-        x = values[:, None, :].expand(-1, T, -1)
-        if self.rule in ("max", "min"):
-            fill = torch.iinfo(values.dtype).min if self.rule == "max" else torch.iinfo(values.dtype).max
-            masked = torch.where(keys, x, torch.full_like(x, fill))
-            out = masked.amax(-1) if self.rule == "max" else masked.amin(-1)
-            return out, keys & (x == out[..., None])
-        hits = keys & (torch.remainder(x, 2) == (0 if self.rule == "even" else 1))
-        latest = torch.where(hits, pos[None, None, :], torch.full_like(x, -1)).amax(-1)  # [N, i]
+        hits = earlier[None] & real[:, None, :] & self.matches(values)[:, None, :]  # [N, i, j]: 1 <= j < i
+        latest = torch.where(hits, pos[None, None, :], torch.full_like(hits, -1, dtype=torch.long)).amax(-1)
         return values.gather(1, latest.clamp(min=0)), hits & (pos[None, None, :] == latest[..., None])
 
     @property
@@ -123,19 +124,14 @@ class Select:
 
     @property
     def label(self) -> str:
-        what = {"max": "the largest of", "min": "the smallest of", "even": "the latest even one of",
-                "odd": "the latest odd one of"}[self.rule]
-        return f"y = {what} x_1 .. x_(i-1) from position {CONTENT_FROM} on (0 before or if none)"
+        what = {"even": "even", "odd": "odd", "high": f">= {self.n_values // 2}",
+                "low": f"<= {(self.n_values - 1) // 2}"}[self.rule]
+        return f"y = the latest of x_1 .. x_(i-1) that is {what}, from position {CONTENT_FROM} on (0 before or if none)"
 
     def reference(self, seq: Sequence[int]) -> list[int]:
-        out = []
-        for i in range(1, len(seq) + 1):
-            earlier = list(seq[: i - 1])
-            if self.rule in ("even", "odd"):
-                earlier = [x for x in earlier if x % 2 == (self.rule == "odd")][-1:]
-            pick = (max if self.rule == "max" else min)(earlier) if earlier and i >= CONTENT_FROM else 0
-            out.append(pick)
-        return out
+        has = {x: bool(self.matches(torch.tensor(x))) for x in set(seq)}
+        return [next((x for x in reversed(seq[: i - 1]) if has[x]), 0) if i >= CONTENT_FROM else 0
+                for i in range(1, len(seq) + 1)]
 
 
 HeadFn = Copy | Select
@@ -195,11 +191,11 @@ def _part(key: str, nodes: list[Node], reference: SideReference, n_values: int, 
                 reference=reference, n_values=n_values, description=description, share=float(len(nodes)))
 
 
-def head_functions(max_len: int) -> list[HeadFn]:
+def head_functions(max_len: int, n_values: int) -> list[HeadFn]:
     """Every function a side head may compute on inputs of up to max_len tokens, in the order they are given
-    out: the copies by offset (each fires at some position), then the content-selected ones (max first:
+    out: the copies by offset (each fires at some position), then the content-selected ones (high first:
     the plus task takes it)."""
-    return [Copy(back=k) for k in range(1, max_len)] + [Select(r) for r in ("max", "min", "even", "odd")]
+    return [Copy(back=k) for k in range(1, max_len)] + [Select(r, n_values) for r in ("high", "low", "even", "odd")]
 
 
 @dataclasses.dataclass
@@ -227,7 +223,7 @@ def fill(n_layers: int, n_heads: int, occupied: set[str], n_values: int, max_len
     """Side tasks on every component of an n_layers x n_heads model outside `occupied` that a function is
     left for (see the module docstring); each task's values are digits 0 .. n_values - 1."""
     free = _Free(heads={l: [head_node(l, h) for h in range(n_heads) if head_node(l, h) not in occupied]
-                        for l in range(n_layers)}, functions=head_functions(max_len))
+                        for l in range(n_layers)}, functions=head_functions(max_len, n_values))
     parts = [_mlp_task(mlp, free, n_values) for l in range(n_layers) if (mlp := mlp_node(l)) not in occupied]
     chain = _lag_chain(free, n_layers, max_len)
     if chain:

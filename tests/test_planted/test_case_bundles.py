@@ -80,7 +80,7 @@ def test_a_side_heads_keys_hold_what_it_copies(digits):
     whose digit it outputs, or BOS where it outputs nothing (0)."""
     tokens = torch.tensor([[-1, *digits, *[6] * (5 - len(digits))]])
     real = torch.tensor([[True] * (len(digits) + 1) + [False] * (5 - len(digits))])
-    for fn in head_functions(5):
+    for fn in head_functions(5, 6):
         values, keys = fn(tokens, real)[0], fn.keys(tokens, real)[0]
         for i in range(1, len(digits) + 1):
             where = keys[i].nonzero().flatten().tolist()
@@ -180,3 +180,19 @@ def test_a_catalogue_that_disagrees_with_the_compiled_case_is_refused(compiled):
     wrong = CompiledMain(bundle.case, bundle.graph, ("odd", "even"), compiled("33"))
     with pytest.raises(CaseError, match="differ from the shipped catalogue"):
         wrong.compiled()
+
+
+def test_a_view_trains_its_bundle_with_the_bundles_settings():
+    """A case bundle's view trains the bundle (every task's rows) with node-level strictness, no distractors
+    (every component is some task's circuit) and the settings no option sets (PlantedTask.training)."""
+    from siit.config import TrainConfig
+    from zoo.multi_task_entry import training_task
+    from zoo.train_entry import with_task_defaults
+
+    view = get_planted("mt-case-33.case-33")
+    trained_on = training_task(view)
+    assert trained_on.case.id == "mt-case-33" and trained_on.covers_model and view.training == ()
+    config = with_task_defaults(TrainConfig(), trained_on, lr_given=False)
+    assert (config.view_phase, config.strict_all, config.stall_tolerance) == (True, 0.25, 1e-4)
+    assert config.distractors is False and config.strict_edges is False and config.n_train == 8192
+    assert with_task_defaults(TrainConfig(), get_planted("mt-2x2.first"), lr_given=False).strict_all == 0.0

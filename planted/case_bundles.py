@@ -46,14 +46,14 @@ MAIN_CASES = ("8", "11", "13", "18", "19", "20", "21", "26", "29", "33", "34", "
 """The main cases (InterpBench's 16) that get a bundle: the classification ones (3 and 4 are regression,
 and a bundle's tasks answer with classes of one shared unembedding)."""
 D_HEAD = 16
+"""Head width of a bundle's model (d_model 64): every component works for some task, up to eight of them; at
+d_head 8 mt-case-33's views lagged longer under SIIA "all" (docs/results.md, "Case bundles")."""
 TRAINING = (("view_phase", True), ("strict_all", 0.25), ("stall_tolerance", 1e-4))
 """How a case bundle trains beyond the planted bundles (PlantedTask.training; docs/training.md): its views
 count in the stall test (TrainConfig.view_phase), a quarter of the strictness rows ablate every other task's
 node at once (strict_all: views missed their criterion under SIIA "all" alone), and a view gaining one
 position of its ~1500 counts as progress (stall_tolerance 1e-4: at 1e-3 the last positions of three views
 were never a new best, and restarts took the lr to its floor)."""
-"""Head width of a bundle's model: every component works for some task, so d_model 16 (the single
-cases') is too narrow for the case and up to eight side tasks."""
 
 
 class CompiledMain:
@@ -178,11 +178,12 @@ class CaseBundleModel:
 
     def _pack(self, main_acts: torch.Tensor, side: torch.Tensor) -> torch.Tensor:
         """[1, N, T, F]: main_acts [hl L, N, T, S, d] flattened per position, then side [n_side, N, T]."""
-        L, N, T = main_acts.shape[:3]
+        N, T = main_acts.shape[1:3]
         flat = main_acts.permute(1, 2, 0, 3, 4).reshape(N, T, -1)
         return torch.cat([flat.float(), side.permute(1, 2, 0).float()], dim=-1)[None]
 
     def _unpack(self, values: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(the compiled model's activations [hl L, N, T, S, d], side values long [n_side, N, T]) of _pack's values."""
         config = self.main.compiled().config
         L, S, d = config["n_layers"], config["n_heads"] + 1, config["d_model"]
         width = L * S * d

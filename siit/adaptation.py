@@ -188,7 +188,7 @@ stalls had halved the lr to the floor; its last edge (input->a0.h3<k>) then sat 
 
 def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics: dict[str, Any]) -> AdaptState:
     """Track the best worst-metric; on a stall, emphasise lagging nodes, then restart the lr; a new
-    cycle when the edges are first measured."""
+    cycle when the edges are first measured, or a bundle's views first judged (TrainConfig.view_phase)."""
     first_edges = state.edge_siia is None and metrics.get("edge_siia_min") is not None
     first_views = state.views_score is None and bool(metrics.get("views")) and config.view_phase
     state, metrics = with_edges(state, metrics)
@@ -197,9 +197,9 @@ def after_validation(state: AdaptState, config: TrainConfig, step: int, metrics:
     if (first_edges or first_views) and config.adaptive:  # a new objective: a new lr cycle
         lr = max(learning_rate(state, config, step), EDGE_PHASE_LR * config.lr)  # never a jump above the lr in use
         state = dataclasses.replace(state, cycle_start=step, cycle_lr=lr, best=worst, trail=state.trail + ((step, worst),))
-        if first_edges:
-            return _act(state, step, "edge_phase", f"edges first measured: worst edge SIIA {state.edge_siia:.4f}", lr=lr)
-        return _act(state, step, "view_phase", f"views first judged: views score {state.views_score:.4f}", lr=lr)
+        action, reason = (("edge_phase", f"edges first measured: worst edge SIIA {state.edge_siia:.4f}") if first_edges
+                          else ("view_phase", f"views first judged: views score {state.views_score:.4f}"))
+        return _act(state, step, action, reason, lr=lr)
     if worst > state.best + config.stall_tolerance:
         return dataclasses.replace(state, best=worst, since_best=0, trail=state.trail + ((step, worst),))
     state = dataclasses.replace(state, since_best=state.since_best + 1)

@@ -181,9 +181,10 @@ class TrainConfig:
     view_phase: bool = False
     """A multi-task bundle's views (siit.train_setup.Setup.views) count in the stall test (siit.adaptation):
     the first check that judges them starts an lr cycle, as the edge phase does, and their summed shortfall
-    (siit.adaptation.AdaptState.views_score) counts as a metric. False: the stall test reads the pooled check alone, whose
-    metrics sit at 1.0 while views lag, so every check counts as a stall and restarts halved the lr to its
-    floor within 1000 steps of the views being judged (mt-case-33, SIIA "all" of its views at .98 then)."""
+    (siit.adaptation.AdaptState.views_score) counts as a metric. False: the stall test reads the pooled
+    check alone, whose metrics sit at 1.0 while views lag, so every check counts as a stall and restarts
+    halved the lr to its floor within 1000 steps of the views being judged (mt-case-33, SIIA "all" of its
+    views at .98 then)."""
     circuit_norm_ceiling: float = 2.5
     """Ceiling on the rms output norm of circuit nodes (with distractors on), inside the distractor
     range: without it SIIT makes circuit nodes louder than every distractor."""

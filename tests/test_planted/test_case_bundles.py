@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from eval.core.circuit import head_node, mlp_node, parse_node
+from bundle_checks import check_strict_by_construction, run_task
 from planted import get_planted, planted_names
 from planted.case_bundles import MAIN_CASES, CompiledMain, case_bundle
 from planted.registry import bundle_views
@@ -97,12 +98,7 @@ def bundle(request, compiled):
 
 
 def _run(task, n=N, seed=0):
-    seqs = task.case.sample(n, seed)
-    tokens, mask = task.encoding.encode(seqs)
-    labels, values = task.model.run(tokens, mask)
-    positions = mask.bool().clone()
-    positions[:, 0] = False
-    return seqs, tokens, mask, labels, values, positions
+    return run_task(task, n, seed)
 
 
 def test_case_bundles_are_listed_and_resolved():
@@ -140,24 +136,7 @@ def test_a_side_row_is_the_case_written_in_another_script(bundle):
 
 
 def test_other_tasks_nodes_never_move_a_tasks_output(bundle):
-    """Per-task strictness is in the high-level model: on task T's rows, interchanging another task's
-    node with sources from every task leaves T's labels alone; each of T's nodes changes them on some pair."""
-    training = bundle.task()
-    model = training.model
-    _, _, _, _, src_values, _ = _run(training, seed=2)
-    for k in range(len(bundle.view_names)):
-        view = bundle.task(k)
-        _, tokens, mask, clean, _, positions = _run(view, seed=3)
-        own = set(view.graph.nodes)
-        for i, node in enumerate(model.nodes):
-            select = torch.zeros(len(model.nodes), dtype=torch.bool)
-            select[i] = True
-            out = model.interchange(tokens, mask, src_values, select)
-            changed = ((out != clean) & positions).any(1).float().mean().item()
-            if node in own:
-                assert changed > 0, f"{view.case.id}: its node {node} never matters"
-            else:
-                assert changed == 0, f"{view.case.id}: {node} of another task moved {changed:.3f} of its outputs"
+    check_strict_by_construction(bundle, N)
 
 
 def test_views_share_the_model_and_each_holds_its_part(bundle):

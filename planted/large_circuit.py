@@ -1,7 +1,7 @@
 """The large-circuit failure-mode family (issue 36, item 2) -> a PlantedTask whose circuit is a third of
 a 100-component model: 31 nodes and 62 edges in a 1-layer, 99-head model (d_head 2, d_model 198).
 
-large-circuit (family `large-circuit`; values 0-4, lengths 3-13):
+large-circuit (family `large-circuit`; values 0-4, lengths 3-13, a third of the inputs 13 long):
 
     copy    a0.h{3(j-4)}, a0.h{3(j-4)+1}, a0.h{3(j-4)+2}   at query position j (4..13): x_{j-1}, x_{j-2},
                                                             x_{e(j)}, else 0
@@ -21,6 +21,9 @@ large-circuit (family `large-circuit`; values 0-4, lengths 3-13):
   position each as well (PlantedTask.distractor_positions "one"): a head that fires at one position has a
   small output norm beside its variance, which busy heads working at every position could not match
   without falling short of their targets (distractor R² 0.78-0.87 for 4000 steps; docs/results.md).
+  A third of the inputs are 13 long, the rest uniform over 3-12: drawn uniformly, the last position's three
+  heads and the MLP's sums there saw 9% of the inputs (186 of the 2048 training sequences) and stayed at
+  0.80 on them and 0.49 on fresh inputs after 4130 steps, every earlier position at 1.0 (docs/results.md).
   Prediction (Conmy et al. 2023, ACDC, §4 and its appendix on the threshold; Bhaskar et al. 2024,
   "Finding transformer circuits with edge pruning", §4: ACDC's and attribution patching's circuits fall
   behind as the circuit grows): a circuit edge here moves one position of up to eleven, so its effect on a
@@ -33,6 +36,7 @@ large-circuit (family `large-circuit`; values 0-4, lengths 3-13):
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from planted.causal_model import CausalModel, NoProgram, Node, PlantedTask
@@ -57,6 +61,8 @@ PREDICTION = ("methods that keep or drop each edge against a threshold (acdc, ov
               "of up to eleven; methods that rank every edge by its own effect (edge_patching, eap, eap_ig_*) keep "
               "it above the out-of-circuit edges")
 WEAK = ("acdc", "edge_sp", "node_sp")
+LONG_SHARE = 1 / 3
+"""The share of inputs of the longest length, the only ones that reach the last position's heads."""
 
 
 def sources(j: int) -> tuple[int, int, int]:
@@ -112,6 +118,14 @@ def reference(seq: tuple[int, ...]) -> list[int]:
     return out
 
 
+def sample(rng: np.random.Generator, n: int) -> list[tuple[int, ...]]:
+    """n inputs: length MAX_LEN with probability LONG_SHARE, else uniform over MIN_LEN..MAX_LEN - 1;
+    digits uniform. Every query position is then reached by at least a third of the inputs."""
+    longest = rng.random(n) < LONG_SHARE
+    lengths = np.where(longest, MAX_LEN, rng.integers(MIN_LEN, MAX_LEN, size=n))
+    return [tuple(int(v) for v in rng.integers(0, VALUES, size=k)) for k in lengths]
+
+
 def large_circuit() -> PlantedTask:
     # each head's attention trained to its ground truth (siit.saturation): its source at its query position,
     # BOS elsewhere; SIIT alone left the three heads of a position blending their sources (IIA near 0.9)
@@ -124,10 +138,10 @@ def large_circuit() -> PlantedTask:
     values = tuple(range(VALUES))
     description = ("Large circuit: 31 nodes and 62 edges of a 100-component model; at each position j from 4 on, "
                    "three of 30 heads copy x_{j-1}, x_{j-2} and x_{e(j)}, and the MLP answers a + b + 2c (mod 5); "
-                   "each head fires at one position. No entry has met its criterion yet (docs/results.md).")
+                   "each head fires at one position; a third of the inputs are 13 long.")
     case = Case(id="large-circuit", name="large_circuit", family="planted", description=description,
                 task_kind="classification", vocab=values, max_seq_len=MAX_LEN, min_seq_len=MIN_LEN, causal=True,
-                build_program=NoProgram("large-circuit"),
+                build_program=NoProgram("large-circuit"), sampler=sample,
                 notes="Failure-mode family planted model (planted.large_circuit); see `zoo show planted large-circuit`.")
     encoding = Encoding(input_vocab=(BOS, *values, PAD), output_vocab=values, max_seq_len=MAX_LEN,
                         task_kind="classification")

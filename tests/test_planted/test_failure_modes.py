@@ -135,8 +135,9 @@ def test_zoo_list_planted_filters_by_family(capsys) -> None:
 
 def test_large_circuit_is_a_third_of_a_100_component_model_with_graded_effects() -> None:
     """>= 20 nodes and >= 60 edges among >= 100 components; each head moves the answer at its own query
-    position only, so node effects span from the MLP's (every labelled position) down to about 1% of
-    labelled positions for a head that fires at position 13, the last (0.9% measured)."""
+    position only, so node effects span from the MLP's (every labelled position) down to about 3% of
+    labelled positions for a head that fires at position 12 or 13 (2.8% measured), the last positions, which
+    the sampler's third of 13-long inputs keep from being rare (0.9% when lengths were uniform)."""
     from planted.large_circuit import heads
 
     task, tokens, mask, labelled, out, values = _run("large-circuit", 0)
@@ -153,7 +154,9 @@ def test_large_circuit_is_a_third_of_a_100_component_model_with_graded_effects()
         if name in query:  # a head moves its query position, nothing else
             assert moved.any(0).nonzero().flatten().tolist() == [query[name]], name
     assert effects["m0"] > 0.75
-    assert 0.005 < min(effects.values()) < 0.02 and max(e for n, e in effects.items() if n != "m0") < 0.15
+    assert 0.02 < min(effects.values()) < 0.04 and max(e for n, e in effects.items() if n != "m0") < 0.15
+    lengths = mask.sum(1) - 1
+    assert abs(float((lengths == 13).double().mean()) - 1 / 3) < 0.05  # planted.large_circuit.LONG_SHARE
     # each head's attention is trained to its ground truth: its source at its query position, BOS elsewhere
     keys = model.attention_keys(tokens[:64], mask[:64])  # [30, N, query, key]
     assert model.saturated == tuple(query)

@@ -22,6 +22,8 @@ import argparse
 import json
 from pathlib import Path
 
+from scipy.stats import spearmanr
+
 NEAR = 0.001
 """How close to 1 the circuit's IIA and SIIA minima count as met (training's checks are on a sample)."""
 
@@ -42,26 +44,10 @@ def _first_step(history: list[dict], ok) -> int | None:
 
 
 def _spearman(xs: list[float], ys: list[float]) -> float | None:
-    def ranks(v: list[float]) -> list[float]:
-        order = sorted(range(len(v)), key=v.__getitem__)
-        out = [0.0] * len(v)
-        i = 0
-        while i < len(v):  # ties share their mean rank
-            j = i
-            while j + 1 < len(v) and v[order[j + 1]] == v[order[i]]:
-                j += 1
-            for k in range(i, j + 1):
-                out[order[k]] = (i + j) / 2
-            i = j + 1
-        return out
-
-    if len(xs) < 3:
+    """Spearman's rho (ties at their mean rank), or None below 3 points or where either side is constant."""
+    if len(xs) < 3 or len(set(xs)) < 2 or len(set(ys)) < 2:
         return None
-    rx, ry = ranks(xs), ranks(ys)
-    mx, my = sum(rx) / len(rx), sum(ry) / len(ry)
-    cov = sum((a - mx) * (b - my) for a, b in zip(rx, ry))
-    vx, vy = sum((a - mx) ** 2 for a in rx), sum((b - my) ** 2 for b in ry)
-    return None if vx == 0 or vy == 0 else round(cov / (vx * vy) ** 0.5, 3)
+    return round(float(spearmanr(xs, ys).statistic), 3)
 
 
 def entry_row(entry: Path, r2: float) -> dict | None:
@@ -88,13 +74,15 @@ def entry_row(entry: Path, r2: float) -> dict | None:
         crossed = _first_step_from(history, lambda m, n=name: m.get("distractor_r2_per_node", {}).get(n, -1) >= r2)
         nodes.append({"node": name, "kind": d.get("kind"), "r2_step": crossed, "final_r2": d.get("r2"),
                       "gain": d.get("target_gain"), "largest_edge_into_circuit": round(into.get(name, 0.0), 4)})
-    circuit_met = _first_step_from(history, lambda m: m["iia_min"] >= 1 - NEAR and m["siia_min"] >= 1 - NEAR)
+    def circuit_at_one(m: dict) -> bool:
+        return m["iia_min"] >= 1 - NEAR and m["siia_min"] >= 1 - NEAR
+
     r2_met = _first_step_from(history, lambda m: m.get("distractor_r2_min", -1) >= r2)
     crossed = [n for n in nodes if n["r2_step"] is not None]
     last = max(crossed, key=lambda n: n["r2_step"]) if crossed else None
     return {"entry": entry.name, "steps": training.get("steps"), "met": training.get("met_criterion"),
-            "circuit_met_step": circuit_met, "circuit_first_near_step": _first_step(
-                history, lambda m: m["iia_min"] >= 1 - NEAR and m["siia_min"] >= 1 - NEAR),
+            "circuit_met_step": _first_step_from(history, circuit_at_one),
+            "circuit_first_near_step": _first_step(history, circuit_at_one),
             "r2_met_step": r2_met, "last_busy_node": last["node"] if last else None,
             "last_busy_node_edge_into_circuit": last["largest_edge_into_circuit"] if last else None,
             "largest_edge_into_circuit": max((n["largest_edge_into_circuit"] for n in nodes), default=0.0),

@@ -14,7 +14,6 @@ on the training pool, 0.49 fresh after 4130 steps) is what this found (docs/resu
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import sys
 from pathlib import Path
@@ -46,6 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from planted import get_planted
     from siit.checkpoint import load_checkpoint
     from siit.config import TrainConfig
+    from siit.data import make_dataset
     from siit.optim import Adam
     from siit.train_setup import Trainee, prepare
     from siit.transformer import Transformer
@@ -58,14 +58,16 @@ def main(argv: list[str] | None = None) -> int:
     meta = json.loads(state.read_text())
     config = TrainConfig(**{**meta["config"], "betas": tuple(meta["config"]["betas"])})
     task = get_planted(args.planted)
-    out = {"planted": args.planted, "checkpoint": str(args.checkpoint), "step": meta["step"]}
-    for label, cfg in (("training_pool", config), ("fresh", dataclasses.replace(config, seed=args.fresh_seed))):
-        s = prepare(task, cfg)  # the pool is s.train_set, drawn from cfg.seed as training draws it
-        trainee = Trainee(Transformer(s.low_config), len(s.targets.distractors) if s.targets else 0,
-                          len(s.components.node) if s.components is not None else 0)
-        load_checkpoint(args.checkpoint, model=trainee, extra={},
-                        optimizer=Adam(trainee.parameters(), lr=cfg.lr, betas=cfg.betas, weight_decay=cfg.weight_decay))
-        out[label] = position_accuracy(trainee.model, s.train_set)
+    s = prepare(task, config)  # s.train_set: the run's own pool, drawn as training draws it
+    trainee = Trainee(Transformer(s.low_config), len(s.targets.distractors) if s.targets else 0,
+                      len(s.components.node) if s.components is not None else 0)
+    load_checkpoint(args.checkpoint, model=trainee, extra={},
+                    optimizer=Adam(trainee.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay))
+    # the pool a run with seed --fresh-seed would train on (siit.train_setup.prepare's seed for it)
+    fresh = make_dataset(task, s.high, config.n_train, seed=2 * args.fresh_seed + 1)
+    out = {"planted": args.planted, "checkpoint": str(args.checkpoint), "step": meta["step"],
+           "training_pool": position_accuracy(trainee.model, s.train_set),
+           "fresh": position_accuracy(trainee.model, fresh)}
     print(json.dumps(out, indent=1))
     return 0
 

@@ -2,7 +2,7 @@
 take: how close each is to the floor a CPU sets, and what that floor is on a 12x12 model. As JSON.
 
     python tests/benchmarks/bench_arithmetic_floor.py [--sizes 6x4 8x8] [--project 12x12] [--n 32]
-        [--threads 1] [--out floor.json]
+        [--threads 1] [--methods acdc edge_patching edge_sp] [--out floor.json]
 
 On the random models of bench_edge_methods.py, each block of the model counts the rows it runs
 (a forward hook on every block; passes written out by eval.patching.bare, which run no block
@@ -13,6 +13,10 @@ multiply-add). Measured per size:
 - every method: its floor, the arithmetic at the rate a bare block runs at on a pass's rows
   (`block_rate`, measured right after the method: the machine is shared, so the load it ran
   under is the method's), `floor_ratio` its CPU time over that, and the load average;
+- `edge_sp` (with `--methods`): its steps run every block forward and backward (to the masks;
+  the weights take no gradient), so that arithmetic counts at the rate a bare block runs its
+  forward and its backward to its input (`block_forward_backward_gflop_per_s`, forward FLOP over
+  the time of both): the floor of the method's own optimisation, without the edge mixing;
 - `acdc`: its passes, rows per pass (n per distinct τ circuit), blocks per pass, the arithmetic,
   and the rate it runs at (arithmetic / CPU time);
 - `edge_patching` (batched, from each edge's reader block on) and `edge_patching_loop` (one full
@@ -55,6 +59,7 @@ class BlockMeter:
             bare = None
 
         self.flop, self.row_blocks, self.rows = 0.0, 0, 0
+        self.grad_flop = 0.0  # of blocks whose output a backward pass may differentiate (edge SP's steps)
         self.per_row = flops_per_row
         self.handles = [block.register_forward_hook(self._block) for block in model.blocks]
         self.handles.append(model.unembed.register_forward_hook(self._unembed))
@@ -74,6 +79,8 @@ class BlockMeter:
         rows = int(output.shape[0])
         self.row_blocks += rows
         self.flop += rows * self.per_row
+        if output.requires_grad:
+            self.grad_flop += rows * self.per_row
 
     def _unembed(self, module: Any, args: Any, output: Any) -> None:
         self.rows += int(output.shape[0])
@@ -89,7 +96,10 @@ def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -
     """bench_edge_methods.measure (time, passes) of one method or the per-edge loop, with a
     BlockMeter: rows per pass, blocks per pass, arithmetic and its rate; and the floor: that
     arithmetic at the rate a bare block runs at on a pass's rows, measured right after the method
-    (the machine is shared: its load then is the method's), and the method's CPU time over it."""
+    (the machine is shared: its load then is the method's), and the method's CPU time over it.
+    Blocks run under autograd (subnetwork probing's steps) count at the rate a bare block runs its
+    forward and its backward to the input together (the weights need no gradient): their floor is
+    forward and backward."""
     from bench_edge_methods import measure
 
     meter = BlockMeter(model, flops_per_row)
@@ -98,13 +108,19 @@ def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -
     passes = max(1, row["forward"])
     rows_per_pass = meter.rows / passes
     rate, _ = block_rate(model.cfg, max(1, round(rows_per_pass)), int(task.tokens.shape[1]))
-    floor = meter.flop / rate
+    floor = (meter.flop - meter.grad_flop) / rate
+    extra: dict[str, Any] = {}
+    if meter.grad_flop:
+        both, _ = block_rate(model.cfg, max(1, round(rows_per_pass)), int(task.tokens.shape[1]), backward=True)
+        floor += meter.grad_flop / both
+        extra = {"backward_passes": row["backward"], "gflop_with_backward": round(meter.grad_flop / 1e9, 1),
+                 "block_forward_backward_gflop_per_s": round(both / 1e9, 1)}
     return {"method": key, "wall_s": round(row["wall_s"], 2), "cpu_s": round(row["cpu_s"], 2),
             "passes": row["forward"], "rows_per_pass": round(rows_per_pass, 1),
             "blocks_per_pass": round(meter.row_blocks / max(1, meter.rows), 2),
             "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / row["cpu_s"] / 1e9, 1),
             "block_gflop_per_s": round(rate / 1e9, 1), "floor_s": round(floor, 2),
-            "floor_ratio": round(row["cpu_s"] / floor, 2), "loadavg": _loadavg()}
+            "floor_ratio": round(row["cpu_s"] / floor, 2), **extra, "loadavg": _loadavg()}
 
 
 def _loadavg() -> str:
@@ -133,10 +149,11 @@ def median_time(fn: Any, repeats: int = 5) -> float:
     return statistics.median(times)
 
 
-def block_rate(cfg: Any, rows: int, pos: int) -> tuple[float, float]:
+def block_rate(cfg: Any, rows: int, pos: int, backward: bool = False) -> tuple[float, float]:
     """FLOP/s of a bare transformer block of the model's shapes on `rows` rows (one product for q,
     k and v, a written-out softmax, the GELU MLP; no hooks, no patching), and of the bare matrix
-    product of its largest shape on as many positions: what a block can run at here."""
+    product of its largest shape on as many positions: what a block can run at here. backward:
+    the block's forward FLOP over the time of its forward and its backward to the input."""
     import math
 
     import torch
@@ -160,7 +177,12 @@ def block_rate(cfg: Any, rows: int, pos: int) -> tuple[float, float]:
 
     a, b = x.reshape(-1, d), W_in
     per_row = block_flops(d, m, H, dh, pos)
-    return rows * per_row / median_time(block), 2.0 * rows * pos * d * m / median_time(lambda: a @ b)
+    timed = block
+    if backward:
+        x.requires_grad_(True)
+        grad = torch.randn(rows * pos, d, generator=g)
+        timed = lambda: torch.autograd.grad(block(), x, grad)  # noqa: E731
+    return rows * per_row / median_time(timed), 2.0 * rows * pos * d * m / median_time(lambda: a @ b)
 
 
 def project(size: str, circuits: float, n: int) -> dict[str, Any]:
@@ -193,17 +215,22 @@ def main() -> None:
     parser.add_argument("--n", type=int, default=32, help="clean inputs (and counterfactuals)")
     parser.add_argument("--threads", type=int, default=1, help="torch threads")
     parser.add_argument("--loop-sizes", nargs="+", default=["6x4"], help="sizes the per-edge loop runs at")
+    parser.add_argument("--methods", nargs="+", default=["acdc", "edge_patching"],
+                        help="built-in methods measured at every size (edge_sp: its floor is forward and backward)")
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args()
 
     import torch
 
     sys.path.insert(0, str(Path(__file__).parent))
-    from bench_edge_methods import random_model, random_task
+    from bench_edge_methods import METHODS, random_model, random_task
     from bench_pass_rows import block_flops
 
     from eval.core.graph import graph_of
 
+    unknown = sorted(set(args.methods) - set(METHODS))
+    if unknown:
+        parser.error(f"unknown method(s) {', '.join(unknown)}; built-in: {', '.join(METHODS)}")
     torch.set_num_threads(args.threads)
     report: dict[str, Any] = {"torch_threads": args.threads, "n": args.n, "measured": []}
     circuits = None
@@ -214,12 +241,12 @@ def main() -> None:
         pos = int(task.tokens.shape[1])
         per_row = block_flops(cfg.d_model, cfg.d_mlp, heads, cfg.d_head, pos)
         rows = [metered(model, task, graph, key, per_row)
-                for key in ("acdc", "edge_patching", *(["edge_patching_loop"] if size in args.loop_sizes else []))]
+                for key in (*args.methods, *(["edge_patching_loop"] if size in args.loop_sizes else []))]
         entry: dict[str, Any] = {"model": size, "qkv_edges": len(graph.at("qkv").edges),
                                  "sweep_blocks_per_edge": round(sweep_blocks(graph, layers) / len(graph.at("qkv").edges), 2),
                                  "rows": rows}
         by = {r["method"]: r for r in rows}
-        if "edge_patching_loop" in by:
+        if "edge_patching_loop" in by and "edge_patching" in by:
             loop, batched = by["edge_patching_loop"], by["edge_patching"]
             entry["edge_patching_arithmetic_ratio"] = round(loop["gflop"] / batched["gflop"], 2)
             entry["edge_patching_time_ratio"] = round(loop["cpu_s"] / batched["cpu_s"], 2)
@@ -230,7 +257,8 @@ def main() -> None:
             entry["block_gflop_per_s"] = {"loop_rows": round(few / 1e9, 1), "batched_rows": round(many / 1e9, 1)}
             entry["matmul_gflop_per_s_batched_rows"] = round(mm_rate / 1e9, 1)
             entry["edge_patching_ratio_at_block_rates"] = round(entry["edge_patching_arithmetic_ratio"] * many / few, 2)
-        circuits = by["acdc"]["rows_per_pass"] / args.n
+        if "acdc" in by:
+            circuits = by["acdc"]["rows_per_pass"] / args.n
         report["measured"].append(entry)
         print(json.dumps(entry), file=sys.stderr, flush=True)
     if args.project and circuits is not None:

@@ -10,7 +10,7 @@ from __future__ import annotations
 import dataclasses
 import zlib
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
@@ -193,6 +193,12 @@ def case_seed(seed: int, case_id: str) -> int:
     the circuit, which node gets which distractor, head rescale draws): with one seed for the whole
     zoo they would otherwise fall on the same heads in every entry, a pattern a method could learn."""
     return (seed * 1_000_003 + zlib.crc32(str(case_id).encode())) % (2**31 - 1)
+
+
+def pool_seed(seed: int, pool: Literal["train", "validation"]) -> int:
+    """The seed of a run's training or validation pool (make_dataset), from the run's seed: the two
+    pools of a run, and the pools of runs with other seeds, never share a draw."""
+    return 2 * seed + (1 if pool == "train" else 2)
 
 
 def step_generator(seed: int, step: int) -> torch.Generator:

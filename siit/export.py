@@ -10,6 +10,7 @@ import torch
 from eval.core.provenance import package_versions as _package_versions
 from siit.config import ArchConfig, TrainConfig
 from siit.correspondence import Correspondence, NodeLayout
+from siit.data import pool_seed
 from siit.saturation import SATURATED
 from siit.trainer import TrainResult
 
@@ -84,7 +85,8 @@ def training_json(result: TrainResult, *, command: list[str] | None = None) -> d
         "config": cfg.to_json(),
         **_loss(result),
         "arch": {"overrides": _arch_json(result.arch), "low_level_config": result.low_config},
-        "seeds": {"seed": cfg.seed, "train_data": 2 * cfg.seed + 1, "validation_data": 2 * cfg.seed + 2,
+        "seeds": {"seed": cfg.seed, "train_data": pool_seed(cfg.seed, "train"),
+                  "validation_data": pool_seed(cfg.seed, "validation"),
                   "correspondence": result.case_seed, "distractors": result.case_seed,
                   "head_rescale": result.case_seed, "init": cfg.seed, "step": "derived from (seed, step)",
                   "per_case": "siit.data.case_seed(seed, case id): choices that must differ between cases"},

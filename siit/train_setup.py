@@ -21,6 +21,7 @@ from siit.data import (
     Dataset,
     case_seed,
     make_dataset,
+    pool_seed,
     resolve_pairing,
     source_length_weights,
     step_generator,
@@ -202,8 +203,8 @@ def prepare(task: Any, config: TrainConfig, arch: ArchConfig = ArchConfig(), *,
     if tuple(high.nodes) != corr.high_nodes:
         raise ConfigError(f"case {task.case.id}: the correspondence names other high-level nodes than the model")
     selects = corr.selects()  # every node alone, then the joint interchanges (Correspondence.joint)
-    train_set = make_dataset(task, high, config.n_train, seed=2 * config.seed + 1)
-    val_set = make_dataset(task, high, config.n_val, seed=2 * config.seed + 2)
+    train_set = make_dataset(task, high, config.n_train, seed=pool_seed(config.seed, "train"))
+    val_set = make_dataset(task, high, config.n_val, seed=pool_seed(config.seed, "validation"))
     pairing = resolve_pairing(config.pairing, train_set, high, selects, corr.interventions, kind, config.seed)
     causal = low_config["attention_dir"] == "causal"
     build = lambda data: Evaluator.build(  # noqa: E731

@@ -177,11 +177,12 @@ def block_rate(cfg: Any, rows: int, pos: int, backward: bool = False) -> tuple[f
 
     a, b = x.reshape(-1, d), W_in
     per_row = block_flops(d, m, H, dh, pos)
-    timed = block
-    if backward:
-        x.requires_grad_(True)
-        grad = torch.randn(rows * pos, d, generator=g)
-        timed = lambda: torch.autograd.grad(block(), x, grad)  # noqa: E731
+    grad = torch.randn(rows * pos, d, generator=g)
+    x.requires_grad_(backward)  # the weights never take a gradient
+
+    def timed() -> Any:
+        return torch.autograd.grad(block(), x, grad) if backward else block()
+
     return rows * per_row / median_time(timed), 2.0 * rows * pos * d * m / median_time(lambda: a @ b)
 
 

@@ -45,7 +45,7 @@ def main(argv: list[str] | None = None) -> int:
     from planted import get_planted
     from siit.checkpoint import load_checkpoint
     from siit.config import TrainConfig
-    from siit.data import make_dataset
+    from siit.data import make_dataset, pool_seed
     from siit.optim import Adam
     from siit.train_setup import Trainee, prepare
     from siit.transformer import Transformer
@@ -63,8 +63,8 @@ def main(argv: list[str] | None = None) -> int:
                       len(s.components.node) if s.components is not None else 0)
     load_checkpoint(args.checkpoint, model=trainee, extra={},
                     optimizer=Adam(trainee.parameters(), lr=config.lr, betas=config.betas, weight_decay=config.weight_decay))
-    # the pool a run with seed --fresh-seed would train on (siit.train_setup.prepare's seed for it)
-    fresh = make_dataset(task, s.high, config.n_train, seed=2 * args.fresh_seed + 1)
+    # the pool a run with seed --fresh-seed would train on
+    fresh = make_dataset(task, s.high, config.n_train, seed=pool_seed(args.fresh_seed, "train"))
     out = {"planted": args.planted, "checkpoint": str(args.checkpoint), "step": meta["step"],
            "training_pool": position_accuracy(trainee.model, s.train_set),
            "fresh": position_accuracy(trainee.model, fresh)}

@@ -193,13 +193,17 @@ def _attention_exact(bm: BareModel, q: torch.Tensor, k: torch.Tensor, v: torch.T
     return torch.matmul(e.div_(e.sum(-1, keepdim=True).clamp_min_(torch.finfo(s.dtype).tiny)), v)
 
 
-def _deltas(pk: Packed, D: torch.Tensor, nd: int) -> torch.Tensor:
-    """[r, n·pos·d_model]: each patched reader's summed patch (Packed)."""
-    if pk.rows is None:
-        delta = D.view(-1, nd).index_select(0, pk.src)
-        return delta if pk.scale is None else delta * pk.scale[:, None]
-    delta = torch.bmm(pk.rows, D[:, :pk.rows.shape[2]]).view(-1, nd)
-    return delta if pk.src is None else delta.index_select(0, pk.src)
+def _gathered(pk: Packed, D: torch.Tensor, nd: int) -> torch.Tensor:
+    """[r, n·pos·d_model]: each patched reader's one difference (a gathering Packed)."""
+    delta = D.view(-1, nd).index_select(0, pk.src)
+    return delta if pk.scale is None else delta * pk.scale[:, None]
+
+
+def _project(bm: BareModel, layer: int, readers: torch.Tensor, delta: torch.Tensor) -> torch.Tensor:
+    """[r, d_head, n·pos]: patches delta [r, n·pos, d_model] through their readers' W_Q/K/V, as
+    W^T · Δ^T, a d_head-row product: with d_head columns out (Δ · W) it ran at a fifth of the rate."""
+    WT = bm.W_qkvT[layer].index_select(0, readers % (3 * bm.n_heads))  # [r, d_head, d_model]
+    return torch.bmm(WT, delta.transpose(1, 2))
 
 
 def qkv(bm: BareModel, layer: int, x: torch.Tensor, D: torch.Tensor, pk: Packed | None,
@@ -209,16 +213,19 @@ def qkv(bm: BareModel, layer: int, x: torch.Tensor, D: torch.Tensor, pk: Packed 
     them, [k, n, pos, 3, H, d_head].
 
     The residual is projected for every reader at once (one wide product) and only the patches
-    are projected reader by reader, as W^T · Δ^T, a d_head-row product: with d_head columns out
-    (Δ · W) it ran at a fifth of the rate."""
+    are projected reader by reader (_project)."""
     kb, n, p, d = x.shape
     H, dh = bm.n_heads, bm.d_head
     out = torch.addmm(bm.b_qkv[layer].view(-1), x.reshape(-1, d), bm.W_cat[layer]).view(kb, n, p, 3 * H, dh)
     if pk is not None:
-        delta = _deltas(pk, D, n * p * d).view(-1, n * p, d)
-        WT = bm.W_qkvT[layer].index_select(0, pk.dst % (3 * H))  # [r, d_head, d_model]
-        proj = torch.bmm(WT, delta.transpose(1, 2))  # [r, d_head, n·pos]
-        P = proj.new_zeros(kb * 3 * H, dh, n * p).index_add_(0, pk.dst, proj)  # add: a set may patch a reader twice
+        P = x.new_zeros(kb * 3 * H, dh, n * p)  # added into: a set may patch a reader twice
+        if pk.rows is None:
+            P.index_add_(0, pk.dst, _project(bm, layer, pk.dst, _gathered(pk, D, n * p * d).view(-1, n * p, d)))
+        else:
+            sums = torch.bmm(pk.rows, D[:, :pk.rows.shape[2]]).view(-1, n * p, d)  # [k·u, n·pos, d]
+            P.index_add_(0, pk.dst, _project(bm, layer, pk.dst, sums))
+            if pk.more is not None:
+                P.index_add_(0, pk.more, _project(bm, layer, pk.more, sums.index_select(0, pk.src)))
         out += P.view(kb, 3 * H, dh, n, p).permute(0, 3, 4, 1, 2)
     out = out.view(kb, n, p, 3, H, dh)
     if offset is not None:  # [k, n, pos, 3, H, d_head]: the same layout
@@ -243,7 +250,7 @@ def _sum(p: Patches, key: GroupKey, D: torch.Tensor) -> torch.Tensor | None:
     pk = p.packed.get(key)
     if pk is not None and pk.rows is None:
         k, nd = D.shape[0], D.shape[2]
-        return D.new_zeros(k, nd).index_add_(0, pk.dst, _deltas(pk, D, nd))
+        return D.new_zeros(k, nd).index_add_(0, pk.dst, _gathered(pk, D, nd))
     w = p.weights.get(key)
     if w is None:
         return None

@@ -2,7 +2,7 @@
 take: how close each is to the floor a CPU sets, and what that floor is on a 12x12 model. As JSON.
 
     python tests/benchmarks/bench_arithmetic_floor.py [--sizes 6x4 8x8] [--project 12x12] [--n 32]
-        [--threads 1] [--methods acdc edge_patching edge_sp] [--out floor.json]
+        [--threads 1] [--methods acdc edge_patching edge_sp] [--allocator zoo|system] [--out floor.json]
 
 On the random models of bench_edge_methods.py, each block of the model counts the rows it runs
 (a forward hook on every block; passes written out by eval.patching.bare, which run no block
@@ -35,6 +35,9 @@ pass also does (removed edges from recomputed writers: eval.patching.bare, or th
 is the model's own arithmetic alone. Rates and times are CPU time with --threads torch threads: the
 "1 core" figures hold for the default, one. The mean circuits per pass is the mean rows of a pass
 reaching the logits over n, counting ACDC's few setup passes of n rows, so it is a slight underestimate.
+
+Methods and bare blocks run under one allocator setting (--allocator, bench_edge_methods.use_allocator):
+by default as a `zoo` command's process, whose malloc keeps freed memory.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ class BlockMeter:
 
         self.flop, self.row_blocks, self.rows = 0.0, 0, 0
         self.grad_flop = 0.0  # of blocks whose output a backward pass may differentiate (edge SP's steps)
+        self.backward_passes = 0  # passes reaching the unembedding with a gradient
         self.per_row = flops_per_row
         self.handles = [block.register_forward_hook(self._block) for block in model.blocks]
         self.handles.append(model.unembed.register_forward_hook(self._unembed))
@@ -84,6 +88,7 @@ class BlockMeter:
 
     def _unembed(self, module: Any, args: Any, output: Any) -> None:
         self.rows += int(output.shape[0])
+        self.backward_passes += bool(getattr(output, "requires_grad", False))
 
     def close(self) -> None:
         for h in self.handles:
@@ -115,12 +120,51 @@ def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -
         floor += meter.grad_flop / both
         extra = {"backward_passes": row["backward"], "gflop_with_backward": round(meter.grad_flop / 1e9, 1),
                  "block_forward_backward_gflop_per_s": round(both / 1e9, 1)}
+        if key == "edge_sp":
+            extra.update(edge_mixing(model.cfg, graph, task, meter, row["cpu_s"], floor))
     return {"method": key, "wall_s": round(row["wall_s"], 2), "cpu_s": round(row["cpu_s"], 2),
             "passes": row["forward"], "rows_per_pass": round(rows_per_pass, 1),
             "blocks_per_pass": round(meter.row_blocks / max(1, meter.rows), 2),
             "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / row["cpu_s"] / 1e9, 1),
             "block_gflop_per_s": round(rate / 1e9, 1), "floor_s": round(floor, 2),
             "floor_ratio": round(row["cpu_s"] / floor, 2), **extra, "loadavg": _loadavg()}
+
+
+def edge_mixing(cfg: Any, graph: Any, task: Any, meter: BlockMeter, cpu_s: float, floor: float) -> dict[str, Any]:
+    """Edge SP's other arithmetic: every q/k/v edge mixes its sender into its reader on each row and
+    position of a step (z·a + (1 - z)·a' over d_model), forward and backward to both the masks and
+    the senders, 3 · 2 FLOP per multiply-add; a block-level floor leaves it out, and it grows with the
+    edges (L²H²) where the blocks grow with L·H². Counted on the rows of the steps' passes, at the
+    rate of one such product and its backward measured here (`mixing_rate`); the floor with it."""
+    edges, pos, d = len(graph.at("qkv").edges), int(task.tokens.shape[1]), cfg.d_model
+    rows = meter.grad_flop / meter.per_row / cfg.n_layers  # rows of the passes a backward runs through
+    flop = 6.0 * edges * rows * pos * d
+    blocks = max(1, round(rows / max(1, meter.backward_passes) / task.n)) if meter.backward_passes else 1
+    rate = mixing_rate(cfg, task.n, pos, blocks)
+    with_mixing = floor + flop / rate
+    return {"edge_mixing_gflop": round(flop / 1e9, 1), "edge_mixing_gflop_per_s": round(rate / 1e9, 1),
+            "floor_with_mixing_s": round(with_mixing, 2), "floor_with_mixing_ratio": round(cpu_s / with_mixing, 2)}
+
+
+def mixing_rate(cfg: Any, n: int, pos: int, blocks: int) -> float:
+    """FLOP/s of one edge-mixing product of a middle layer's q/k/v readers and its backward:
+    weights [blocks, 3H, S] (S: half the model's writers) times the senders' differences [blocks, S,
+    n·pos·d_model], both taking a gradient, as subnetwork probing's masks and the model's
+    activations do."""
+    import torch
+
+    H, d = cfg.n_heads, cfg.d_model
+    S = max(1, cfg.n_layers * (H + 1) // 2)
+    g = torch.Generator().manual_seed(0)
+    W = torch.rand(blocks, 3 * H, S, generator=g).requires_grad_()
+    D = torch.randn(blocks, S, n * pos * d, generator=g).requires_grad_()
+    up = torch.randn(blocks, 3 * H, n * pos * d, generator=g)
+
+    def step() -> None:
+        torch.autograd.backward(torch.bmm(W, D), up)
+        W.grad = D.grad = None
+
+    return 3 * 2 * blocks * 3 * H * S * n * pos * d / median_time(step)
 
 
 def _loadavg() -> str:
@@ -210,6 +254,9 @@ def project(size: str, circuits: float, n: int) -> dict[str, Any]:
 
 
 def main() -> None:
+    sys.path.insert(0, str(Path(__file__).parent))
+    from bench_edge_methods import ALLOCATOR_HELP, ALLOCATORS
+
     parser = argparse.ArgumentParser()
     parser.add_argument("--sizes", nargs="+", default=["6x4", "8x8"], help="LAYERSxHEADS measured")
     parser.add_argument("--project", default="12x12", help="LAYERSxHEADS to project ACDC's arithmetic to")
@@ -218,13 +265,13 @@ def main() -> None:
     parser.add_argument("--loop-sizes", nargs="+", default=["6x4"], help="sizes the per-edge loop runs at")
     parser.add_argument("--methods", nargs="+", default=["acdc", "edge_patching"],
                         help="built-in methods measured at every size (edge_sp: its floor is forward and backward)")
+    parser.add_argument("--allocator", choices=ALLOCATORS, default="zoo", help=ALLOCATOR_HELP)
     parser.add_argument("--out", type=Path, default=None, help="write the JSON here too")
     args = parser.parse_args()
 
     import torch
 
-    sys.path.insert(0, str(Path(__file__).parent))
-    from bench_edge_methods import METHODS, random_model, random_task
+    from bench_edge_methods import METHODS, random_model, random_task, use_allocator
     from bench_pass_rows import block_flops
 
     from eval.core.graph import graph_of
@@ -233,7 +280,9 @@ def main() -> None:
     if unknown:
         parser.error(f"unknown method(s) {', '.join(unknown)}; built-in: {', '.join(METHODS)}")
     torch.set_num_threads(args.threads)
-    report: dict[str, Any] = {"torch_threads": args.threads, "n": args.n, "measured": []}
+    # the methods and the bare blocks of the floor run under the same allocator
+    report: dict[str, Any] = {"torch_threads": args.threads, "n": args.n, "allocator": use_allocator(args.allocator),
+                              "measured": []}
     circuits = None
     for size in args.sizes:
         layers, heads = (int(x) for x in size.split("x"))

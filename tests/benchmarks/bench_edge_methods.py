@@ -15,6 +15,10 @@ gradient hook on its logits (one per backward pass). `edge_patching_loop` is exa
 with one full forward pass per edge (n rows, from the embedding, no start state), the naive loop
 the batched version replaces; `speedup` is its wall time over the batched one.
 
+--allocator zoo (the default) runs the methods as a `zoo` command's process does, with malloc
+keeping freed memory (zoo.cli.keep_freed_memory); --allocator system leaves glibc's defaults, as in
+a Python session that imports the library. Recorded in the JSON.
+
 `cpu_s` is the process's CPU time: with one torch thread it is what the run takes on a core of
 its own, where `wall_s` also counts waiting for a core on a shared machine. Plots and
 extrapolations use cpu_s.
@@ -38,6 +42,23 @@ import sys
 import time
 from pathlib import Path
 from typing import Any
+
+ALLOCATORS = ("zoo", "system")
+ALLOCATOR_HELP = ("zoo (default): malloc keeps freed memory, as a `zoo` command's process does "
+                  "(zoo.cli.keep_freed_memory); system: glibc's defaults, as a Python session that imports the library")
+
+
+def use_allocator(name: str) -> str:
+    """Set this process's malloc as `name` says (ALLOCATORS), before any method runs; returns it for
+    the report. Methods run 10^4 passes that make and drop tensors of megabytes: with glibc's
+    defaults each is mapped afresh and its pages faulted in again (6.0 million minor faults in an
+    8x8 ACDC, against 42 thousand as `zoo` runs it), so the figure depends on the setting."""
+    if name == "zoo":
+        from zoo.cli import keep_freed_memory
+
+        keep_freed_memory()
+    return name
+
 
 METHODS = ("edge_patching", "eap", "eap_ig_inputs", "eap_ig_activations", "acdc", "node_sp", "edge_sp", "ifr",
            "ensemble", "activation_patching", "gradient_attribution", "ablation_scan", "greedy", "random")
@@ -197,6 +218,7 @@ def main() -> None:
     parser.add_argument("--plot", type=Path, default=None, help="log-log PNG of cost against edge count")
     parser.add_argument("--from", dest="source", type=Path, default=None, help="plot this JSON, run nothing")
     parser.add_argument("--entry", type=Path, default=None, help="measure this entry folder instead of random models")
+    parser.add_argument("--allocator", choices=ALLOCATORS, default="zoo", help=ALLOCATOR_HELP)
     args = parser.parse_args()
 
     if args.source is not None:
@@ -209,10 +231,12 @@ def main() -> None:
     from eval.methods.options import parse_method_options
 
     options = parse_method_options(args.method_option, running=args.methods)
+    allocator = use_allocator(args.allocator)
 
     results: list[dict[str, Any]] = []
     history: dict[str, list[tuple[int, float]]] = {}
-    report = {"torch_threads": args.threads, "n": args.n, "method_options": options, "results": results}
+    report = {"torch_threads": args.threads, "n": args.n, "allocator": allocator, "method_options": options,
+              "results": results}
     for size in ([str(args.entry)] if args.entry else args.sizes):
         if args.entry:
             model, task, size = entry_model_and_task(args.entry, args.n)

@@ -75,6 +75,36 @@ def test_compact_rows_keep_each_patched_reader_and_its_row():
     assert len(at) == 0 and len(U) == 0
 
 
+def test_packed_sums_reach_each_patched_reader_once_with_its_row():
+    # block 0 repeats a row over three readers, block 1 patches nothing, block 2's rows all differ
+    w = torch.tensor([[[1., 0, 1], [0, 0, 0], [1, 0, 1], [0, 1, 0], [1, 0, 1]],
+                      [[0., 0, 0]] * 5,
+                      [[1., 0, 0], [0, 1, 0], [0, 0, 0], [0, 0, 1], [1, 1, 1]]])
+    readers = w.shape[1]
+    pk = bare.pack([bare.compact(wb) for wb in w], readers)
+    sums = pk.rows.flatten(0, 1)  # [k·u, writers]: what each sum adds up
+    got = {}
+    for i, r in enumerate(pk.dst.tolist()):
+        if sums[i].any():  # padding rows are zero sums, projected for their block's reader 0
+            got.setdefault(r, []).append(sums[i])
+    for i, r in zip(pk.src.tolist(), pk.more.tolist()):
+        got.setdefault(r, []).append(sums[i])
+    want = {b * readers + j: w[b, j] for b in range(len(w)) for j in range(readers) if w[b, j].any()}
+    assert sorted(got) == sorted(want)
+    assert all(len(rows) == 1 and torch.equal(rows[0], want[r]) for r, rows in got.items())
+    assert len(pk.more) == 2  # the two readers that share block 0's row with an earlier one
+
+
+def test_a_packed_group_that_misroutes_a_sum_is_refused():
+    rows, i = torch.ones(2, 3, 4), torch.arange(6)
+    with pytest.raises(ValueError, match="each of its k·u sums"):
+        bare.Packed(rows=rows, src=None, dst=i[:5])  # one sum for no reader
+    with pytest.raises(ValueError, match="each of its k·u sums"):
+        bare.Packed(rows=rows, src=i[:2], dst=i)  # shared sums without their readers
+    with pytest.raises(ValueError, match="one source per patched reader"):
+        bare.Packed(rows=None, src=i[:2], dst=i[:3])
+
+
 @pytest.mark.parametrize("ablation", ["resample", "mean"])
 def test_edge_patching_written_out_equals_through_hooks(ablation):
     ctx = context(True, ablation)

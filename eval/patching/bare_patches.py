@@ -43,8 +43,9 @@ class Packed:
       u), summed by one batched product into k·u sums. Each sum is projected where it lies for the
       reader `dst` names (its first reader); the readers that share a sum with an earlier one are
       `src` (which sum) and `more` (which reader), gathered. Why: a gathered copy of every patched
-      reader's sum (109 rows of 80 kB a pass at 8x8) was a quarter of ACDC's time, writing fresh
-      memory; most sums have one reader;
+      reader's sum is one more buffer of megabytes a layer (109 rows of 80 kB at 8x8, where 49
+      readers share a sum), and writing memory not recently used is what such a pass pays for
+      (docs/methods.md, cost model);
     - gather (rows None): `src` picks each patched reader `dst` one difference among the k·(live
       writers) of the pass, times `scale` (edge patching: one edge a block)."""
 

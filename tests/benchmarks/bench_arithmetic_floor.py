@@ -16,9 +16,12 @@ multiply-add). Measured per size:
 - `edge_sp` (with `--methods`): its steps run every block forward and backward (to the masks;
   the weights take no gradient), so that arithmetic counts at the rate a bare block runs its
   forward and its backward to its input (`block_forward_backward_gflop_per_s`, forward FLOP over
-  the time of both): the floor of the method's own optimisation, without the edge mixing;
+  the time of both): the floor of the method's own optimisation, without the edge mixing; and
+  the edge mixing's own arithmetic (`edge_mixing_gflop`), at the rate one mixing product and its
+  backward run at here, with the floor that adds it (`floor_with_mixing_s`, `_ratio`);
 - `acdc`: its passes, rows per pass (n per distinct τ circuit), blocks per pass, the arithmetic,
-  and the rate it runs at (arithmetic / CPU time);
+  and the rate it runs at (arithmetic / CPU time); written-out passes also count the arithmetic of
+  their edge sums (`edge_sum_gflop`, the weights each group's sums multiply by, not in the floor);
 - `edge_patching` (batched, from each edge's reader block on) and `edge_patching_loop` (one full
   forward per edge): the arithmetic each does, its ratio (the speedup batching gives when both run
   at one rate per FLOP), the measured time ratio, and the ratio at the rates a bare block runs at
@@ -31,10 +34,11 @@ circuits per pass of the largest measured size: the arithmetic of exact ACDC at 
 and n. It is divided by two rates measured here for that model's shapes: a bare block (no hooks,
 a written-out softmax) on a pass's rows, and the bare matrix product of a block's largest shape
 (an upper bound no block reaches), for one core and for ideal scaling over two. The edge sums a
-pass also does (removed edges from recomputed writers: eval.patching.bare, or through hooks eval.patching.edge_groups) are not counted: the floor
-is the model's own arithmetic alone. Rates and times are CPU time with --threads torch threads: the
-"1 core" figures hold for the default, one. The mean circuits per pass is the mean rows of a pass
-reaching the logits over n, counting ACDC's few setup passes of n rows, so it is a slight underestimate.
+pass also does (removed edges from recomputed writers: eval.patching.bare, or through hooks
+eval.patching.edge_groups) are not in the floor: the floor is the model's own arithmetic alone.
+Rates and times are CPU time with --threads torch threads: the "1 core" figures hold for the
+default, one. The mean circuits per pass is the mean rows of a pass reaching the logits over n,
+counting ACDC's few setup passes of n rows, so it is a slight underestimate.
 
 Methods and bare blocks run under one allocator setting (--allocator, bench_edge_methods.use_allocator):
 by default as a `zoo` command's process, whose malloc keeps freed memory.
@@ -64,6 +68,7 @@ class BlockMeter:
         self.flop, self.row_blocks, self.rows = 0.0, 0, 0
         self.grad_flop = 0.0  # of blocks whose output a backward pass may differentiate (edge SP's steps)
         self.backward_passes = 0  # passes reaching the unembedding with a gradient
+        self.sum_flop = 0.0  # of written-out passes' edge sums (not the model's: not in the floor)
         self.per_row = flops_per_row
         self.handles = [block.register_forward_hook(self._block) for block in model.blocks]
         self.handles.append(model.unembed.register_forward_hook(self._unembed))
@@ -76,8 +81,16 @@ class BlockMeter:
             rows = k * int(p.resid.shape[0])
             self.row_blocks += rows * (bm.n_layers - p.start)
             self.flop += rows * (bm.n_layers - p.start) * self.per_row
+            self.sum_flop += 2.0 * p.resid.numel() * self._summed(p)
             return fn(bm, p, k, *args, **kwargs)
         return run
+
+    @staticmethod
+    def _summed(p: Any) -> int:
+        """Weights a pass's edge sums multiply its writers' differences by (per element of one
+        difference): each group's [k, readers or distinct rows, writers] as eval.patching.bare sums them."""
+        dense = sum(int(w.numel()) for key, w in p.weights.items() if key not in p.packed)
+        return dense + sum(int(pk.rows.numel()) for pk in p.packed.values() if pk is not None and pk.rows is not None)
 
     def _block(self, module: Any, args: Any, output: Any) -> None:
         rows = int(output.shape[0])
@@ -127,7 +140,8 @@ def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -
             "blocks_per_pass": round(meter.row_blocks / max(1, meter.rows), 2),
             "gflop": round(meter.flop / 1e9, 1), "gflop_per_s": round(meter.flop / row["cpu_s"] / 1e9, 1),
             "block_gflop_per_s": round(rate / 1e9, 1), "floor_s": round(floor, 2),
-            "floor_ratio": round(row["cpu_s"] / floor, 2), **extra, "loadavg": _loadavg()}
+            "floor_ratio": round(row["cpu_s"] / floor, 2), **extra,
+            **({"edge_sum_gflop": round(meter.sum_flop / 1e9, 1)} if meter.sum_flop else {}), "loadavg": _loadavg()}
 
 
 def edge_mixing(cfg: Any, graph: Any, task: Any, meter: BlockMeter, cpu_s: float, floor: float) -> dict[str, Any]:
@@ -139,7 +153,7 @@ def edge_mixing(cfg: Any, graph: Any, task: Any, meter: BlockMeter, cpu_s: float
     edges, pos, d = len(graph.at("qkv").edges), int(task.tokens.shape[1]), cfg.d_model
     rows = meter.grad_flop / meter.per_row / cfg.n_layers  # rows of the passes a backward runs through
     flop = 6.0 * edges * rows * pos * d
-    blocks = max(1, round(rows / max(1, meter.backward_passes) / task.n)) if meter.backward_passes else 1
+    blocks = max(1, round(rows / max(1, meter.backward_passes) / task.n))  # λ blocks a step stacks
     rate = mixing_rate(cfg, task.n, pos, blocks)
     with_mixing = floor + flop / rate
     return {"edge_mixing_gflop": round(flop / 1e9, 1), "edge_mixing_gflop_per_s": round(rate / 1e9, 1),

@@ -52,7 +52,7 @@ def use_allocator(name: str) -> str:
     """Set this process's malloc as `name` says (ALLOCATORS), before any method runs; returns it for
     the report. Methods run 10^4 passes that make and drop tensors of megabytes: with glibc's
     defaults each is mapped afresh and its pages faulted in again (6.0 million minor faults in an
-    8x8 ACDC, against 42 thousand as `zoo` runs it), so the figure depends on the setting."""
+    8x8 ACDC, against about 40 thousand as `zoo` runs it), so the figure depends on the setting."""
     if name == "zoo":
         from zoo.cli import keep_freed_memory
 

@@ -67,7 +67,6 @@ class BlockMeter:
 
         self.flop, self.row_blocks, self.rows = 0.0, 0, 0
         self.grad_flop = 0.0  # of blocks whose output a backward pass may differentiate (edge SP's steps)
-        self.backward_passes = 0  # passes reaching the unembedding with a gradient
         self.sum_flop = 0.0  # of written-out passes' edge sums (not the model's: not in the floor)
         self.per_row = flops_per_row
         self.handles = [block.register_forward_hook(self._block) for block in model.blocks]
@@ -101,7 +100,6 @@ class BlockMeter:
 
     def _unembed(self, module: Any, args: Any, output: Any) -> None:
         self.rows += int(output.shape[0])
-        self.backward_passes += bool(getattr(output, "requires_grad", False))
 
     def close(self) -> None:
         for h in self.handles:
@@ -134,7 +132,7 @@ def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -
         extra = {"backward_passes": row["backward"], "gflop_with_backward": round(meter.grad_flop / 1e9, 1),
                  "block_forward_backward_gflop_per_s": round(both / 1e9, 1)}
         if key == "edge_sp":
-            extra.update(edge_mixing(model.cfg, graph, task, meter, row["cpu_s"], floor))
+            extra.update(edge_mixing(model.cfg, graph, task, meter, row, floor))
     return {"method": key, "wall_s": round(row["wall_s"], 2), "cpu_s": round(row["cpu_s"], 2),
             "passes": row["forward"], "rows_per_pass": round(rows_per_pass, 1),
             "blocks_per_pass": round(meter.row_blocks / max(1, meter.rows), 2),
@@ -144,7 +142,7 @@ def metered(model: Any, task: Any, graph: Any, key: str, flops_per_row: float) -
             **({"edge_sum_gflop": round(meter.sum_flop / 1e9, 1)} if meter.sum_flop else {}), "loadavg": _loadavg()}
 
 
-def edge_mixing(cfg: Any, graph: Any, task: Any, meter: BlockMeter, cpu_s: float, floor: float) -> dict[str, Any]:
+def edge_mixing(cfg: Any, graph: Any, task: Any, meter: BlockMeter, row: dict[str, Any], floor: float) -> dict[str, Any]:
     """Edge SP's other arithmetic: every q/k/v edge mixes its sender into its reader on each row and
     position of a step (z·a + (1 - z)·a' over d_model), forward and backward to both the masks and
     the senders, 3 · 2 FLOP per multiply-add; a block-level floor leaves it out, and it grows with the
@@ -153,11 +151,11 @@ def edge_mixing(cfg: Any, graph: Any, task: Any, meter: BlockMeter, cpu_s: float
     edges, pos, d = len(graph.at("qkv").edges), int(task.tokens.shape[1]), cfg.d_model
     rows = meter.grad_flop / meter.per_row / cfg.n_layers  # rows of the passes a backward runs through
     flop = 6.0 * edges * rows * pos * d
-    blocks = max(1, round(rows / max(1, meter.backward_passes) / task.n))  # λ blocks a step stacks
+    blocks = max(1, round(rows / max(1, row["backward"]) / task.n))  # λ blocks a step stacks
     rate = mixing_rate(cfg, task.n, pos, blocks)
     with_mixing = floor + flop / rate
     return {"edge_mixing_gflop": round(flop / 1e9, 1), "edge_mixing_gflop_per_s": round(rate / 1e9, 1),
-            "floor_with_mixing_s": round(with_mixing, 2), "floor_with_mixing_ratio": round(cpu_s / with_mixing, 2)}
+            "floor_with_mixing_s": round(with_mixing, 2), "floor_with_mixing_ratio": round(row["cpu_s"] / with_mixing, 2)}
 
 
 def mixing_rate(cfg: Any, n: int, pos: int, blocks: int) -> float:
